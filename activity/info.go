@@ -1,0 +1,95 @@
+package activity
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Info describes the activity attempt running in ctx.
+type Info struct {
+	// Name is the name the activity was registered under.
+	Name string
+	// IdempotencyKey is the same for every attempt and redelivery of one
+	// scheduled activity, and differs between two scheduled activities. Pass it
+	// to the services the activity calls so that a repeated attempt has no
+	// second effect.
+	IdempotencyKey string
+	// Attempt is the number of this attempt, starting at 1.
+	Attempt int
+	// Queue is the queue the attempt was taken from.
+	Queue string
+	// WorkflowID is the ID of the workflow that scheduled the activity; it is
+	// empty for standalone jobs.
+	WorkflowID string
+	// RunID is the run of that workflow; it is empty for standalone jobs.
+	RunID string
+	// Deadline is when this attempt's lease or timeout ends.
+	Deadline time.Time
+	// HeartbeatDetails holds the JSON details of the last heartbeat recorded
+	// by an earlier attempt, or nil if there was none. Decode it with
+	// [encoding/json.Unmarshal] to resume where that attempt stopped.
+	HeartbeatDetails []byte
+}
+
+type (
+	infoKey      struct{}
+	heartbeatKey struct{}
+)
+
+// heartbeatFunc is the function installed by [WithHeartbeatFunc].
+type heartbeatFunc func(ctx context.Context, details []byte) error
+
+// GetInfo returns the [Info] of the activity attempt running in ctx. It returns
+// the zero Info when ctx is not an activity context.
+func GetInfo(ctx context.Context) Info {
+	info, _ := ctx.Value(infoKey{}).(Info)
+	return info
+}
+
+// NewContext returns a copy of ctx that carries info, so that [GetInfo] returns
+// it. The engine calls it for every attempt; unit tests of activities call it to
+// run an activity function directly with the Info they need.
+//
+// NewContext sets no deadline on the returned context: info.Deadline is only
+// reported, and a caller that wants ctx to end then uses
+// [context.WithDeadline] as well.
+func NewContext(ctx context.Context, info Info) context.Context {
+	return context.WithValue(ctx, infoKey{}, info)
+}
+
+// RecordHeartbeat reports that the activity running in ctx is alive and makes
+// progress. details is encoded as JSON and handed to the next attempt as
+// [Info.HeartbeatDetails] if this one fails; pass nil when there is nothing to
+// resume from.
+//
+// RecordHeartbeat returns an error if details cannot be encoded or if the
+// engine refused the heartbeat, which it does when the attempt's lease was lost.
+// After such a refusal another worker may run the activity, so the attempt
+// should stop and return the error. Without a function installed by
+// [WithHeartbeatFunc], RecordHeartbeat only checks that details encode.
+func RecordHeartbeat(ctx context.Context, details any) error {
+	b, err := json.Marshal(details)
+	if err != nil {
+		return fmt.Errorf("record heartbeat: encode details: %w", err)
+	}
+	fn, _ := ctx.Value(heartbeatKey{}).(heartbeatFunc)
+	if fn == nil {
+		return nil
+	}
+	if err := fn(ctx, b); err != nil {
+		return fmt.Errorf("record heartbeat: %w", err)
+	}
+	return nil
+}
+
+// WithHeartbeatFunc returns a copy of ctx in which [RecordHeartbeat] calls fn
+// with the JSON-encoded details. The engine uses it to receive heartbeats; fn
+// returns an error to refuse one. A nil fn makes RecordHeartbeat a no-op again.
+//
+// fn is called on the goroutine that calls RecordHeartbeat, with the context
+// passed to it.
+func WithHeartbeatFunc(ctx context.Context, fn func(ctx context.Context, details []byte) error) context.Context {
+	return context.WithValue(ctx, heartbeatKey{}, heartbeatFunc(fn))
+}

@@ -1,0 +1,99 @@
+package activity
+
+import (
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// Defaults of [Options], filled in by [Options.WithDefaults].
+const (
+	defaultQueue               = "default"
+	defaultStartToCloseTimeout = time.Minute
+)
+
+// maxNameLen is the longest Name and Queue that [Options.Validate] accepts, in
+// bytes.
+const maxNameLen = 200
+
+// Options configure an activity: at registration with the engine, and per call
+// from workflow code, which overrides the registered options. The zero value
+// means the defaults listed with each field.
+type Options struct {
+	// Name is the name the activity is registered and recorded under. It must
+	// be valid UTF-8 of at most 200 bytes. Default: the function's name.
+	Name string
+	// Queue is the queue that attempts are put on; only workers that poll it
+	// run them. It must be valid UTF-8 of at most 200 bytes. Default "default".
+	Queue string
+	// StartToCloseTimeout limits one attempt, and is the length of its lease:
+	// an attempt that has not finished by then fails and is retried. Default
+	// 1 minute.
+	StartToCloseTimeout time.Duration
+	// ScheduleToCloseTimeout limits all attempts together, counted from when
+	// the activity was scheduled and including the delays between attempts.
+	// Default 0, which means no limit.
+	ScheduleToCloseTimeout time.Duration
+	// HeartbeatTimeout, when set, fails an attempt that has not called
+	// [RecordHeartbeat] within that time since it started or since its last
+	// heartbeat. Default 0, which means no heartbeat timeout.
+	HeartbeatTimeout time.Duration
+	// Retry says how failed attempts are retried. Its zero value means the
+	// defaults of [RetryPolicy].
+	Retry RetryPolicy
+}
+
+// WithDefaults returns a copy of o in which the zero Queue and
+// StartToCloseTimeout hold their defaults and Retry is filled in by
+// [RetryPolicy.WithDefaults]. It leaves Name alone, since its default depends on
+// the function, and leaves invalid values for [Options.Validate] to report.
+func (o Options) WithDefaults() Options {
+	if o.Queue == "" {
+		o.Queue = defaultQueue
+	}
+	if o.StartToCloseTimeout == 0 {
+		o.StartToCloseTimeout = defaultStartToCloseTimeout
+	}
+	o.Retry = o.Retry.WithDefaults()
+	return o
+}
+
+// Validate reports the first invalid field of o: a Name or Queue that is not
+// valid UTF-8 or is longer than 200 bytes, a negative timeout, or an invalid
+// Retry (see [RetryPolicy.Validate]). Zero fields are valid: they mean the
+// defaults.
+func (o Options) Validate() error {
+	if err := validateName("Name", o.Name); err != nil {
+		return err
+	}
+	if err := validateName("Queue", o.Queue); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"StartToCloseTimeout", o.StartToCloseTimeout},
+		{"ScheduleToCloseTimeout", o.ScheduleToCloseTimeout},
+		{"HeartbeatTimeout", o.HeartbeatTimeout},
+	} {
+		if f.d < 0 {
+			return fmt.Errorf("activity options: %s %v is negative (want > 0, or 0 for the default)", f.name, f.d)
+		}
+	}
+	if err := o.Retry.Validate(); err != nil {
+		return fmt.Errorf("activity options: %w", err)
+	}
+	return nil
+}
+
+// validateName checks a Name or Queue of [Options].
+func validateName(field, s string) error {
+	if len(s) > maxNameLen {
+		return fmt.Errorf("activity options: %s is %d bytes long (want at most %d): %.40q...", field, len(s), maxNameLen, s)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("activity options: %s %q is not valid UTF-8", field, s)
+	}
+	return nil
+}

@@ -1,0 +1,110 @@
+package activity_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/activity"
+)
+
+func TestOptionsWithDefaults(t *testing.T) {
+	t.Parallel()
+
+	got := activity.Options{Name: "charge"}.WithDefaults()
+	require.Equal(t, activity.Options{
+		Name:                "charge",
+		Queue:               "default",
+		StartToCloseTimeout: time.Minute,
+		Retry:               activity.RetryPolicy{}.WithDefaults(),
+	}, got)
+	require.NoError(t, got.Validate())
+
+	require.Empty(t, activity.Options{}.WithDefaults().Name, "Name has no default here")
+
+	set := activity.Options{
+		Queue:                  "payments",
+		StartToCloseTimeout:    time.Second,
+		ScheduleToCloseTimeout: time.Hour,
+		HeartbeatTimeout:       10 * time.Second,
+		Retry:                  activity.RetryPolicy{MaximumAttempts: 1},
+	}.WithDefaults()
+	require.Equal(t, "payments", set.Queue)
+	require.Equal(t, time.Second, set.StartToCloseTimeout)
+	require.Equal(t, time.Hour, set.ScheduleToCloseTimeout)
+	require.Equal(t, 10*time.Second, set.HeartbeatTimeout)
+	require.Equal(t, 1, set.Retry.MaximumAttempts)
+	require.Equal(t, time.Second, set.Retry.InitialInterval)
+}
+
+func TestOptionsValidate(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name    string
+		o       activity.Options
+		wantErr string // empty: valid
+	}{
+		{name: "zero", o: activity.Options{}},
+		{
+			name: "all set",
+			o: activity.Options{
+				Name:                   "charge",
+				Queue:                  "payments",
+				StartToCloseTimeout:    time.Minute,
+				ScheduleToCloseTimeout: time.Hour,
+				HeartbeatTimeout:       10 * time.Second,
+				Retry:                  activity.RetryPolicy{MaximumAttempts: 3},
+			},
+		},
+		{name: "200-byte queue", o: activity.Options{Queue: strings.Repeat("q", 200)}},
+		{
+			name:    "201-byte queue",
+			o:       activity.Options{Queue: strings.Repeat("q", 201)},
+			wantErr: `activity options: Queue is 201 bytes long (want at most 200): "qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq"...`,
+		},
+		{
+			name:    "201-byte name",
+			o:       activity.Options{Name: strings.Repeat("n", 201)},
+			wantErr: `activity options: Name is 201 bytes long (want at most 200): "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn"...`,
+		},
+		{
+			name:    "invalid UTF-8 queue",
+			o:       activity.Options{Queue: "q\xff"},
+			wantErr: `activity options: Queue "q\xff" is not valid UTF-8`,
+		},
+		{
+			name:    "negative start-to-close",
+			o:       activity.Options{StartToCloseTimeout: -time.Second},
+			wantErr: "activity options: StartToCloseTimeout -1s is negative (want > 0, or 0 for the default)",
+		},
+		{
+			name:    "negative schedule-to-close",
+			o:       activity.Options{ScheduleToCloseTimeout: -time.Second},
+			wantErr: "activity options: ScheduleToCloseTimeout -1s is negative (want > 0, or 0 for the default)",
+		},
+		{
+			name:    "negative heartbeat timeout",
+			o:       activity.Options{HeartbeatTimeout: -time.Second},
+			wantErr: "activity options: HeartbeatTimeout -1s is negative (want > 0, or 0 for the default)",
+		},
+		{
+			name:    "invalid retry policy",
+			o:       activity.Options{Retry: activity.RetryPolicy{BackoffCoefficient: 0.5}},
+			wantErr: "activity options: retry policy: BackoffCoefficient 0.5 is below 1",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.o.Validate()
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.EqualError(t, err, tt.wantErr)
+		})
+	}
+}

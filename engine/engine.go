@@ -1,0 +1,189 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/durable-go/durable/internal/store/postgres"
+)
+
+// Options configure an Engine. The zero value works: one queue named
+// "default", the defaults listed with each field.
+type Options struct {
+	// Queues lists the queues this engine's workers poll, with their
+	// concurrency. Default: {"default": {}}. An engine that only starts
+	// workflows still runs no workers until Run is called.
+	Queues map[string]QueueOptions
+	// Logger receives the engine's logs. Default slog.Default().
+	Logger *slog.Logger
+	// NowFunc is the engine's clock: every time the engine writes or compares
+	// comes from it. Default time.Now. Tests pass a fake clock.
+	NowFunc func() time.Time
+	// WorkerID names this engine's claims. Default host:pid:random.
+	WorkerID string
+	// CacheSize is how many live runs the workflow cache keeps, so that a
+	// step costs O(new events), not a replay. Default 10,000.
+	CacheSize int
+	// WorkflowTaskLease is how long a workflow task claim holds before
+	// another worker may take the task. Default 30s.
+	WorkflowTaskLease time.Duration
+	// PollInterval is the backstop poll, for when a notification is missed.
+	// Work is normally picked up through LISTEN/NOTIFY. Default 5s.
+	PollInterval time.Duration
+	// ShutdownTimeout bounds how long Run waits, after its context is done,
+	// for running activities to finish before cancelling them. Default 30s.
+	ShutdownTimeout time.Duration
+	// MaxPayloadBytes is the largest input or result accepted, encoded.
+	// Default 2 MiB.
+	MaxPayloadBytes int
+	// SkipMigrate leaves the schema alone in New: for people who apply
+	// migrations with their own tools (`durable migrate --print`).
+	SkipMigrate bool
+}
+
+// QueueOptions configure the workers of one queue.
+type QueueOptions struct {
+	// WorkflowConcurrency is how many workflow tasks run at once. Default 32.
+	WorkflowConcurrency int
+	// ActivityConcurrency is how many activities run at once. Default 32.
+	ActivityConcurrency int
+}
+
+const (
+	// DefaultQueue is the queue used when none is named.
+	DefaultQueue = "default"
+	maxIDLen     = 1000
+)
+
+func (o Options) withDefaults() Options {
+	if len(o.Queues) == 0 {
+		o.Queues = map[string]QueueOptions{DefaultQueue: {}}
+	}
+	qs := make(map[string]QueueOptions, len(o.Queues))
+	for name, q := range o.Queues {
+		if q.WorkflowConcurrency == 0 {
+			q.WorkflowConcurrency = 32
+		}
+		if q.ActivityConcurrency == 0 {
+			q.ActivityConcurrency = 32
+		}
+		qs[name] = q
+	}
+	o.Queues = qs
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.NowFunc == nil {
+		o.NowFunc = time.Now
+	}
+	if o.WorkerID == "" {
+		host, _ := os.Hostname()
+		o.WorkerID = fmt.Sprintf("%s:%d:%04x", host, os.Getpid(), rand.IntN(1<<16))
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = 10_000
+	}
+	if o.WorkflowTaskLease == 0 {
+		o.WorkflowTaskLease = 30 * time.Second
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = 5 * time.Second
+	}
+	if o.ShutdownTimeout == 0 {
+		o.ShutdownTimeout = 30 * time.Second
+	}
+	if o.MaxPayloadBytes == 0 {
+		o.MaxPayloadBytes = 2 << 20
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	for name, q := range o.Queues {
+		if name == "" || len(name) > 200 {
+			return fmt.Errorf("engine options: queue name %q must be 1 to 200 bytes", name)
+		}
+		if q.WorkflowConcurrency < 0 || q.ActivityConcurrency < 0 {
+			return fmt.Errorf("engine options: queue %q: concurrency must not be negative", name)
+		}
+	}
+	switch {
+	case o.CacheSize < 0:
+		return errors.New("engine options: CacheSize must not be negative")
+	case o.WorkflowTaskLease < 0, o.PollInterval < 0, o.ShutdownTimeout < 0:
+		return errors.New("engine options: durations must not be negative")
+	case o.MaxPayloadBytes < 0:
+		return errors.New("engine options: MaxPayloadBytes must not be negative")
+	}
+	return nil
+}
+
+// Engine runs workflows and activities on PostgreSQL. It is both the client
+// (Start, Signal, Result) and, once Run is called, the worker. Every method is
+// safe for concurrent use.
+type Engine struct {
+	pool  *pgxpool.Pool
+	store *postgres.Store
+	opts  Options
+	log   *slog.Logger
+
+	mu         sync.RWMutex
+	workflows  map[string]*workflowDef
+	activities map[string]*activityDef
+	names      map[uintptr]string // function pointer to registered name
+
+	cache   *runCache
+	hub     *hub
+	running atomic.Bool
+}
+
+// New returns an engine on pool and brings the database schema up to date
+// (unless Options.SkipMigrate). The pool stays the caller's: the engine never
+// closes it.
+func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
+	if pool == nil {
+		return nil, errors.New("engine: nil pool")
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	e := &Engine{
+		pool:       pool,
+		store:      postgres.New(pool),
+		opts:       opts,
+		log:        opts.Logger,
+		workflows:  map[string]*workflowDef{},
+		activities: map[string]*activityDef{},
+		names:      map[uintptr]string{},
+		cache:      newRunCache(opts.CacheSize),
+	}
+	e.hub = newHub(pool, e.log)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if opts.SkipMigrate {
+		v, err := postgres.CurrentVersion(ctx, pool)
+		if err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		if want := postgres.SchemaVersion(); v != want {
+			return nil, fmt.Errorf("engine: schema is at version %d, this build needs %d: run `durable migrate`", v, want)
+		}
+		return e, nil
+	}
+	if _, err := postgres.Migrate(ctx, pool); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	return e, nil
+}
+
+func (e *Engine) now() time.Time { return e.opts.NowFunc() }

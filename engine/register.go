@@ -1,0 +1,188 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"runtime"
+	"strings"
+
+	"github.com/durable-go/durable/activity"
+	"github.com/durable-go/durable/workflow"
+)
+
+// WorkflowOptions configure a workflow at registration.
+type WorkflowOptions struct {
+	// Name is the name the workflow is registered and recorded under; history
+	// stores names, not function pointers. Default: the function's name.
+	Name string
+	// Queue is where runs go when StartOptions names none. Default "default".
+	Queue string
+}
+
+type workflowDef struct {
+	name  string
+	queue string
+	// run decodes the input, calls the workflow function and encodes its result.
+	run func(workflow.Context, json.RawMessage) (json.RawMessage, error)
+}
+
+type activityDef struct {
+	name string
+	opts activity.Options
+	run  func(context.Context, json.RawMessage) (json.RawMessage, error)
+}
+
+// RegisterWorkflow makes fn runnable by this engine's workers under its name.
+// Register every workflow before Run.
+func RegisterWorkflow[In, Out any](e *Engine, fn func(workflow.Context, In) (Out, error), o WorkflowOptions) error {
+	if fn == nil {
+		return fmt.Errorf("register workflow: nil function")
+	}
+	name, err := registeredName(fn, o.Name)
+	if err != nil {
+		return fmt.Errorf("register workflow: %w", err)
+	}
+	if o.Queue == "" {
+		o.Queue = DefaultQueue
+	}
+	def := &workflowDef{
+		name:  name,
+		queue: o.Queue,
+		run: func(ctx workflow.Context, input json.RawMessage) (json.RawMessage, error) {
+			var in In
+			if err := decodePayload(input, &in); err != nil {
+				return nil, fmt.Errorf("decode input of workflow %s: %w", name, err)
+			}
+			out, err := fn(ctx, in)
+			if err != nil {
+				return nil, err
+			}
+			return encodePayload(out, e.opts.MaxPayloadBytes, "result of workflow "+name)
+		},
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, dup := e.workflows[name]; dup {
+		return fmt.Errorf("register workflow: %q is already registered", name)
+	}
+	e.workflows[name] = def
+	e.names[funcPC(fn)] = name
+	return nil
+}
+
+// RegisterActivity makes fn runnable by this engine's workers, with o as its
+// default options (workflow code may override them per call).
+func RegisterActivity[In, Out any](e *Engine, fn func(context.Context, In) (Out, error), o activity.Options) error {
+	if fn == nil {
+		return fmt.Errorf("register activity: nil function")
+	}
+	if err := o.Validate(); err != nil {
+		return fmt.Errorf("register activity: %w", err)
+	}
+	name, err := registeredName(fn, o.Name)
+	if err != nil {
+		return fmt.Errorf("register activity: %w", err)
+	}
+	o.Name = name
+	def := &activityDef{
+		name: name,
+		opts: o,
+		run: func(ctx context.Context, input json.RawMessage) (json.RawMessage, error) {
+			var in In
+			if err := decodePayload(input, &in); err != nil {
+				return nil, activity.Permanent(fmt.Errorf("decode input of activity %s: %w", name, err))
+			}
+			out, err := fn(ctx, in)
+			if err != nil {
+				return nil, err
+			}
+			return encodePayload(out, e.opts.MaxPayloadBytes, "result of activity "+name)
+		},
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, dup := e.activities[name]; dup {
+		return fmt.Errorf("register activity: %q is already registered", name)
+	}
+	e.activities[name] = def
+	e.names[funcPC(fn)] = name
+	return nil
+}
+
+// resolveActivity maps a function passed to workflow.ExecuteActivity to its
+// registered name and options; an activity registered only on other workers
+// goes by its function's name with default options.
+func (e *Engine) resolveActivity(fn any) (string, activity.Options) {
+	e.mu.RLock()
+	name, ok := e.names[funcPC(fn)]
+	var def *activityDef
+	if ok {
+		def = e.activities[name]
+	}
+	e.mu.RUnlock()
+	if def != nil {
+		return name, def.opts
+	}
+	name, err := registeredName(fn, "")
+	if err != nil {
+		name = "unnamed"
+	}
+	return name, activity.Options{Name: name}
+}
+
+// workflowName returns the name fn is registered under, or the name it
+// would get.
+func (e *Engine) workflowName(fn any) (name, queue string, err error) {
+	e.mu.RLock()
+	name, ok := e.names[funcPC(fn)]
+	def := e.workflows[name]
+	e.mu.RUnlock()
+	if ok && def != nil {
+		return name, def.queue, nil
+	}
+	name, err = registeredName(fn, "")
+	return name, DefaultQueue, err
+}
+
+func funcPC(fn any) uintptr { return reflect.ValueOf(fn).Pointer() }
+
+// registeredName returns name, or the short name of fn: "ChargeCard" for
+// example.com/billing.ChargeCard, "Charge" for a method value (*Biller).Charge.
+func registeredName(fn any, name string) (string, error) {
+	if name != "" {
+		if len(name) > 200 {
+			return "", fmt.Errorf("name %.20q... is longer than 200 bytes", name)
+		}
+		return name, nil
+	}
+	f := runtime.FuncForPC(funcPC(fn))
+	if f == nil {
+		return "", fmt.Errorf("cannot name function %T: set a Name in its options", fn)
+	}
+	full := strings.TrimSuffix(f.Name(), "-fm")
+	short := full[strings.LastIndexByte(full, '.')+1:]
+	if strings.HasPrefix(short, "func") || strings.Contains(full, ".func") {
+		return "", fmt.Errorf("%s is an anonymous function, which has no stable name: set a Name in its options", full)
+	}
+	return short, nil
+}
+
+func decodePayload(b json.RawMessage, v any) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return json.Unmarshal(b, v)
+}
+
+func encodePayload(v any, limit int, what string) (json.RawMessage, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, activity.Permanent(fmt.Errorf("encode %s: %w", what, err))
+	}
+	if limit > 0 && len(b) > limit {
+		return nil, activity.Permanent(fmt.Errorf("%s is %d bytes, over the %d-byte limit (Options.MaxPayloadBytes): pass a reference to the data instead", what, len(b), limit))
+	}
+	return b, nil
+}

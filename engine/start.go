@@ -1,0 +1,242 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/store/postgres"
+	"github.com/durable-go/durable/workflow"
+)
+
+var (
+	// ErrRunNotFound is returned for a workflow or run ID that names no run.
+	ErrRunNotFound = errors.New("workflow run not found")
+	// ErrAlreadyRunning is returned by Start with StartOptions.RejectIfRunning
+	// when a run with the workflow ID is open.
+	ErrAlreadyRunning = errors.New("workflow already running")
+)
+
+// StartOptions configure one Start.
+type StartOptions struct {
+	// ID is the workflow ID: at most one run with it is open at a time, so
+	// starting twice with the same ID while the first run is open returns
+	// that run. Default: a random UUID. At most 1000 bytes.
+	ID string
+	// Queue is where the run's workflow tasks go. Default: the queue the
+	// workflow was registered with, or "default".
+	Queue string
+	// RejectIfRunning makes Start return ErrAlreadyRunning instead of the
+	// open run.
+	RejectIfRunning bool
+}
+
+// Status is a run's state.
+type Status string
+
+// Run statuses.
+const (
+	StatusRunning   Status = store.StatusRunning
+	StatusCompleted Status = store.StatusCompleted
+	StatusFailed    Status = store.StatusFailed
+)
+
+// Run is a handle on one workflow run. Its result is of type Out.
+type Run[Out any] struct {
+	// WorkflowID is the user's ID for the workflow.
+	WorkflowID string
+	// RunID identifies this run among the runs of the workflow ID.
+	RunID string
+	// Existing is true when Start found this run already open.
+	Existing bool
+	e        *Engine
+}
+
+// Start starts a run of the workflow wf with input in, or returns the open run
+// with the same workflow ID. It returns once the run is durably recorded; a
+// worker (of this or another engine) then runs it.
+func Start[In, Out any](ctx context.Context, e *Engine, wf func(workflow.Context, In) (Out, error), in In, o StartOptions) (*Run[Out], error) {
+	return start[Out](ctx, e, e.store, wf, in, o)
+}
+
+// StartTx is Start inside the caller's transaction: the run exists if and only
+// if tx commits. Use it to start a workflow together with the rows that call
+// for it (the transactional outbox, built in).
+func StartTx[In, Out any](ctx context.Context, e *Engine, tx pgx.Tx, wf func(workflow.Context, In) (Out, error), in In, o StartOptions) (*Run[Out], error) {
+	if tx == nil {
+		return nil, errors.New("start workflow: nil transaction")
+	}
+	return start[Out](ctx, e, e.store.WithTx(tx), wf, in, o)
+}
+
+func start[Out any](ctx context.Context, e *Engine, s *postgres.Store, wf any, in any, o StartOptions) (*Run[Out], error) {
+	name, queue, err := e.workflowName(wf)
+	if err != nil {
+		return nil, fmt.Errorf("start workflow: %w", err)
+	}
+	if o.Queue != "" {
+		queue = o.Queue
+	}
+	if o.ID == "" {
+		o.ID = uuid.NewString()
+	}
+	if len(o.ID) > maxIDLen {
+		return nil, fmt.Errorf("start workflow %s: ID is %d bytes, the limit is %d", name, len(o.ID), maxIDLen)
+	}
+	input, err := encodePayload(in, e.opts.MaxPayloadBytes, "input of workflow "+name)
+	if err != nil {
+		return nil, fmt.Errorf("start workflow %s: %w", name, err)
+	}
+	r, err := s.CreateRun(ctx, store.CreateRunParams{
+		RunID:        uuid.NewString(),
+		WorkflowID:   o.ID,
+		WorkflowType: name,
+		Queue:        queue,
+		Input:        input,
+		Now:          e.now(),
+	})
+	existing := errors.Is(err, store.ErrConflict)
+	if err != nil && !existing {
+		return nil, fmt.Errorf("start workflow %s %q: %w", name, o.ID, err)
+	}
+	if existing && o.RejectIfRunning {
+		return nil, fmt.Errorf("start workflow %s %q: %w (run %s)", name, o.ID, ErrAlreadyRunning, r.RunID)
+	}
+	return &Run[Out]{WorkflowID: r.WorkflowID, RunID: r.RunID, Existing: existing, e: e}, nil
+}
+
+// GetRun returns a handle on the newest run of workflowID.
+func GetRun[Out any](ctx context.Context, e *Engine, workflowID string) (*Run[Out], error) {
+	r, err := e.store.GetRunByWorkflowID(ctx, workflowID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("get run of workflow %q: %w", workflowID, ErrRunNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get run of workflow %q: %w", workflowID, err)
+	}
+	return &Run[Out]{WorkflowID: r.WorkflowID, RunID: r.RunID, e: e}, nil
+}
+
+// WorkflowError is returned by Result for a run that failed.
+type WorkflowError struct {
+	WorkflowID string
+	RunID      string
+	Failure    history.Failure
+}
+
+func (e *WorkflowError) Error() string {
+	return fmt.Sprintf("workflow %s (run %s) failed: %s", e.WorkflowID, e.RunID, e.Failure.Message)
+}
+
+// Result waits until the run closes and returns its result, or a
+// *WorkflowError if it failed. It waits on a notification, not a poll; a slow
+// poll (Options.PollInterval) backs it up. Cancel ctx to stop waiting.
+func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
+	var out Out
+	sub := r.e.hub.subscribeRun(ctx, r.RunID)
+	defer sub.close()
+	for {
+		run, err := r.e.store.GetRun(ctx, r.RunID)
+		if errors.Is(err, store.ErrNotFound) {
+			return out, fmt.Errorf("result of run %s: %w", r.RunID, ErrRunNotFound)
+		}
+		if err != nil {
+			return out, fmt.Errorf("result of run %s: %w", r.RunID, err)
+		}
+		switch run.Status {
+		case store.StatusCompleted:
+			if err := decodePayload(run.Result, &out); err != nil {
+				return out, fmt.Errorf("result of run %s: decode into %T: %w", r.RunID, out, err)
+			}
+			return out, nil
+		case store.StatusRunning:
+		default:
+			f := history.Failure{Message: run.Status}
+			if run.Failure != nil {
+				f = *run.Failure
+			}
+			return out, &WorkflowError{WorkflowID: run.WorkflowID, RunID: run.RunID, Failure: f}
+		}
+		t := time.NewTimer(r.e.opts.PollInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return out, ctx.Err()
+		case <-sub.c:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// RunInfo describes a run.
+type RunInfo struct {
+	WorkflowID   string
+	RunID        string
+	WorkflowType string
+	Queue        string
+	Status       Status
+	Input        json.RawMessage
+	Result       json.RawMessage
+	Failure      *history.Failure
+	CreatedAt    time.Time
+	ClosedAt     *time.Time
+	// LastEventID is the number of events in the run's history.
+	LastEventID int64
+	// TaskError is the error of the run's last failed workflow task (a panic,
+	// non-determinism, a workflow type no worker has), while it is retried.
+	TaskError string
+	// TaskAttempts counts the failures of the pending workflow task.
+	TaskAttempts int
+}
+
+// Describe returns the state of the run.
+func (r *Run[Out]) Describe(ctx context.Context) (RunInfo, error) {
+	return r.e.describe(ctx, r.RunID)
+}
+
+// History returns the run's events in order.
+func (r *Run[Out]) History(ctx context.Context) ([]history.Event, error) {
+	return r.e.store.ListEvents(ctx, r.RunID, 0)
+}
+
+// Describe returns the state of the newest run of workflowID.
+func (e *Engine) Describe(ctx context.Context, workflowID string) (RunInfo, error) {
+	r, err := GetRun[json.RawMessage](ctx, e, workflowID)
+	if err != nil {
+		return RunInfo{}, err
+	}
+	return e.describe(ctx, r.RunID)
+}
+
+// History returns the events of the newest run of workflowID.
+func (e *Engine) History(ctx context.Context, workflowID string) ([]history.Event, error) {
+	r, err := GetRun[json.RawMessage](ctx, e, workflowID)
+	if err != nil {
+		return nil, err
+	}
+	return r.History(ctx)
+}
+
+func (e *Engine) describe(ctx context.Context, runID string) (RunInfo, error) {
+	r, err := e.store.GetRun(ctx, runID)
+	if errors.Is(err, store.ErrNotFound) {
+		return RunInfo{}, fmt.Errorf("describe run %s: %w", runID, ErrRunNotFound)
+	}
+	if err != nil {
+		return RunInfo{}, fmt.Errorf("describe run %s: %w", runID, err)
+	}
+	return RunInfo{
+		WorkflowID: r.WorkflowID, RunID: r.RunID, WorkflowType: r.WorkflowType, Queue: r.Queue,
+		Status: Status(r.Status), Input: r.Input, Result: r.Result, Failure: r.Failure,
+		CreatedAt: r.CreatedAt, ClosedAt: r.ClosedAt, LastEventID: r.LastEventID,
+		TaskError: r.TaskError, TaskAttempts: r.TaskAttempts,
+	}, nil
+}

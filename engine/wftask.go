@@ -1,0 +1,135 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/durable-go/durable/activity"
+	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/wfexec"
+	"github.com/durable-go/durable/workflow"
+)
+
+func (e *Engine) claimWorkflowTasks(ctx context.Context, queue string, n int) ([]store.WorkflowTask, error) {
+	return e.store.ClaimWorkflowTasks(ctx, store.ClaimParams{
+		Queue: queue, WorkerID: e.opts.WorkerID, Limit: n, Now: e.now(), Lease: e.opts.WorkflowTaskLease,
+	})
+}
+
+// processWorkflowTask runs one workflow task: it brings the run's executor up
+// to date with history (from the cache, or by replay), takes the commands the
+// code produced and commits them, with all their effects, in one transaction.
+func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) {
+	attrs := []slog.Attr{slog.String("run_id", t.RunID), slog.String("workflow", t.WorkflowType)}
+	e.mu.RLock()
+	def := e.workflows[t.WorkflowType]
+	e.mu.RUnlock()
+	if def == nil {
+		e.failWorkflowTask(ctx, t, attrs, fmt.Errorf("workflow type %q is not registered on worker %s: register it, or run it on a queue whose workers have it", t.WorkflowType, e.opts.WorkerID))
+		return
+	}
+	x := e.cache.take(t.RunID)
+	if x == nil {
+		x = wfexec.New(wfexec.Options{
+			RunID: t.RunID, WorkflowID: t.WorkflowID, WorkflowType: t.WorkflowType,
+			Func: def.run, ResolveActivity: e.resolveActivity, Logger: e.log,
+		})
+	}
+	events, err := e.store.ListEvents(ctx, t.RunID, x.LastEventID())
+	if err == nil {
+		err = x.Apply(events, t.ProcessedEventID)
+	}
+	if err != nil {
+		x.Close()
+		e.failWorkflowTask(ctx, t, attrs, err)
+		return
+	}
+	commit, err := e.commitParams(t, x.LastEventID(), x.TakeCommands())
+	if err != nil {
+		x.Close()
+		e.failWorkflowTask(ctx, t, attrs, err)
+		return
+	}
+	if err := e.store.CommitWorkflowTask(ctx, commit); err != nil {
+		x.Close()
+		if errors.Is(err, store.ErrLeaseLost) {
+			e.log.LogAttrs(ctx, slog.LevelWarn, "workflow task lease lost; its commit was refused", attrs...)
+			return
+		}
+		e.log.LogAttrs(ctx, slog.LevelWarn, "commit workflow task; it runs again when its lease ends",
+			append(attrs, slog.String("error", err.Error()))...)
+		return
+	}
+	if commit.Close != nil {
+		x.Close()
+		e.log.LogAttrs(ctx, slog.LevelDebug, "run closed", append(attrs, slog.String("status", commit.Close.Status))...)
+		return
+	}
+	e.cache.put(t.RunID, x)
+}
+
+// failWorkflowTask gives the task back to be retried with backoff, keeping
+// the error on the run for Describe. The run itself does not fail: a panic
+// or non-determinism is fixed by deploying new code.
+func (e *Engine) failWorkflowTask(ctx context.Context, t store.WorkflowTask, attrs []slog.Attr, cause error) {
+	delay := min(time.Second<<min(t.Attempts, 6), time.Minute)
+	level := slog.LevelError
+	var pe *workflow.PanicError
+	if errors.As(cause, &pe) {
+		attrs = append(attrs, slog.String("stack", pe.Stack))
+	}
+	e.log.LogAttrs(ctx, level, "workflow task failed; the run waits and the task is retried",
+		append(attrs, slog.String("error", cause.Error()), slog.Int("attempt", t.Attempts+1), slog.Duration("retry_in", delay))...)
+	msg := cause.Error()
+	if pe != nil {
+		msg += "\n" + pe.Stack
+	}
+	now := e.now()
+	err := e.store.FailWorkflowTask(ctx, store.FailWorkflowTaskParams{RunID: t.RunID, Token: t.Token, Error: msg, RunAfter: now.Add(delay), Now: now})
+	if err != nil && !errors.Is(err, store.ErrLeaseLost) {
+		e.log.LogAttrs(ctx, slog.LevelWarn, "record workflow task failure; the task returns when its lease ends",
+			append(attrs, slog.String("error", err.Error()))...)
+	}
+}
+
+// commitParams turns a task's commands into the store's commit.
+func (e *Engine) commitParams(t store.WorkflowTask, processed int64, cmds []history.Attributes) (store.CommitWorkflowTaskParams, error) {
+	now := e.now()
+	p := store.CommitWorkflowTaskParams{RunID: t.RunID, Token: t.Token, ProcessedEventID: processed, Events: cmds, Now: now}
+	for _, c := range cmds {
+		switch c := c.(type) {
+		case history.ActivityScheduled:
+			var o activity.Options
+			if err := json.Unmarshal(c.Options, &o); err != nil {
+				return p, fmt.Errorf("decode options of activity %s: %w", c.Activity, err)
+			}
+			if err := o.Validate(); err != nil {
+				return p, fmt.Errorf("activity %s: %w", c.Activity, err)
+			}
+			o = o.WithDefaults()
+			if len(c.Input) > e.opts.MaxPayloadBytes {
+				return p, fmt.Errorf("input of activity %s is %d bytes, over the %d-byte limit (Options.MaxPayloadBytes): pass a reference to the data instead", c.Activity, len(c.Input), e.opts.MaxPayloadBytes)
+			}
+			p.Activities = append(p.Activities, store.NewActivityTask{
+				Seq: c.Seq, Activity: c.Activity, Queue: o.Queue, Input: c.Input,
+				IdempotencyKey: fmt.Sprintf("%s:%d", t.RunID, c.Seq),
+				MaxAttempts:    o.Retry.MaximumAttempts, Options: c.Options,
+				Lease: o.StartToCloseTimeout, RunAfter: now,
+			})
+		case history.TimerStarted:
+			p.Timers = append(p.Timers, store.NewTimer{Seq: c.Seq, FireAt: c.FireAt})
+		case history.TimerCanceled:
+			p.CanceledTimers = append(p.CanceledTimers, c.Seq)
+		case history.WorkflowCompleted:
+			p.Close = &store.CloseRun{Status: store.StatusCompleted, Result: c.Result}
+		case history.WorkflowFailed:
+			p.Close = &store.CloseRun{Status: store.StatusFailed, Failure: &c.Failure}
+		}
+	}
+	return p, nil
+}

@@ -1,0 +1,97 @@
+package history
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// decoders maps each wire name to a function decoding its attributes.
+var decoders = map[string]func([]byte) (Attributes, error){}
+
+func init() {
+	register[WorkflowStarted]()
+	register[WorkflowCompleted]()
+	register[WorkflowFailed]()
+	register[ActivityScheduled]()
+	register[ActivityCompleted]()
+	register[ActivityFailed]()
+	register[TimerStarted]()
+	register[TimerFired]()
+	register[TimerCanceled]()
+	register[SideEffectRecorded]()
+}
+
+func register[T Attributes]() {
+	var zero T
+	decoders[zero.EventType()] = func(b []byte) (Attributes, error) {
+		var v T
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		if dec.More() {
+			return nil, fmt.Errorf("trailing data after %s attributes", zero.EventType())
+		}
+		return v, nil
+	}
+}
+
+// Encode returns the JSON encoding of a.
+func Encode(a Attributes) ([]byte, error) {
+	if a == nil {
+		return nil, fmt.Errorf("encode event: nil attributes")
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s event: %w", a.EventType(), err)
+	}
+	return b, nil
+}
+
+// Decode parses the attributes of an event of type typ. It returns an error for
+// an unknown type or data that does not match the type's fields.
+func Decode(typ string, data []byte) (Attributes, error) {
+	dec, ok := decoders[typ]
+	if !ok {
+		return nil, fmt.Errorf("decode event: unknown event type %q", typ)
+	}
+	a, err := dec(data)
+	if err != nil {
+		return nil, fmt.Errorf("decode %s event: %w", typ, err)
+	}
+	return a, nil
+}
+
+// eventJSON is the wire form of an Event.
+type eventJSON struct {
+	ID         int64           `json:"id"`
+	Time       time.Time       `json:"time"`
+	Type       string          `json:"type"`
+	Attributes json.RawMessage `json:"attributes"`
+}
+
+// MarshalJSON encodes the event with its type and attributes.
+func (e Event) MarshalJSON() ([]byte, error) {
+	attrs, err := Encode(e.Attributes)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(eventJSON{ID: e.ID, Time: e.Time, Type: e.Type(), Attributes: attrs})
+}
+
+// UnmarshalJSON decodes an event written by MarshalJSON.
+func (e *Event) UnmarshalJSON(b []byte) error {
+	var w eventJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return fmt.Errorf("decode event: %w", err)
+	}
+	a, err := Decode(w.Type, w.Attributes)
+	if err != nil {
+		return fmt.Errorf("event %d: %w", w.ID, err)
+	}
+	*e = Event{ID: w.ID, Time: w.Time, Attributes: a}
+	return nil
+}

@@ -1,0 +1,150 @@
+package history
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Event is one entry of a run's history.
+type Event struct {
+	// ID is the event's position in the history, starting at 1.
+	ID int64 `json:"id"`
+	// Time is when the event was recorded, by the engine's clock.
+	Time time.Time `json:"time"`
+	// Attributes says what happened.
+	Attributes Attributes `json:"-"`
+}
+
+// Type returns the wire name of the event's attributes.
+func (e Event) Type() string {
+	if e.Attributes == nil {
+		return ""
+	}
+	return e.Attributes.EventType()
+}
+
+// Attributes is implemented by every event payload type of this package. The set
+// is closed: types outside this package cannot implement it.
+type Attributes interface {
+	// EventType returns the stable wire name of the event.
+	EventType() string
+	// IsCommand reports whether workflow code produces this event (and replay
+	// must match it) rather than receiving it.
+	IsCommand() bool
+	sealed()
+}
+
+// Failure describes an error as it is recorded in history: enough to show a
+// person what went wrong and to let workflow code decide what to do.
+type Failure struct {
+	// Message is the error's text.
+	Message string `json:"message"`
+	// Class is the error's kind: "permanent", "rate_limited", "timeout",
+	// "panic", or the Go type of the underlying error.
+	Class string `json:"class,omitempty"`
+	// Attempts is how many attempts were made, for activity failures.
+	Attempts int `json:"attempts,omitempty"`
+	// Stack is a stack trace, for panics.
+	Stack string `json:"stack,omitempty"`
+}
+
+// WorkflowStarted is the first event of every run.
+type WorkflowStarted struct {
+	WorkflowType string          `json:"workflow_type"`
+	WorkflowID   string          `json:"workflow_id"`
+	Queue        string          `json:"queue"`
+	Input        json.RawMessage `json:"input"`
+	// Attempt is 1, or more for a run redriven after it failed.
+	Attempt int `json:"attempt,omitempty"`
+}
+
+// WorkflowCompleted is written when the workflow function returns a result.
+type WorkflowCompleted struct {
+	Result json.RawMessage `json:"result"`
+}
+
+// WorkflowFailed is written when the workflow function returns an error.
+type WorkflowFailed struct {
+	Failure Failure `json:"failure"`
+}
+
+// ActivityScheduled is written when workflow code calls an activity.
+type ActivityScheduled struct {
+	// Seq identifies the command within the run; later events refer to it.
+	Seq      int64           `json:"seq"`
+	Activity string          `json:"activity"`
+	Queue    string          `json:"queue"`
+	Input    json.RawMessage `json:"input"`
+	// Options are the activity's timeouts and retry policy, as JSON.
+	Options json.RawMessage `json:"options,omitempty"`
+}
+
+// ActivityCompleted is written when an activity returns a result.
+type ActivityCompleted struct {
+	Seq     int64           `json:"seq"`
+	Result  json.RawMessage `json:"result"`
+	Attempt int             `json:"attempt"`
+}
+
+// ActivityFailed is written when an activity fails for good: a permanent error,
+// or its retries are spent.
+type ActivityFailed struct {
+	Seq     int64   `json:"seq"`
+	Failure Failure `json:"failure"`
+}
+
+// TimerStarted is written when workflow code starts a durable timer.
+type TimerStarted struct {
+	Seq    int64     `json:"seq"`
+	FireAt time.Time `json:"fire_at"`
+}
+
+// TimerFired is written when a timer's time has come.
+type TimerFired struct {
+	Seq int64 `json:"seq"`
+}
+
+// TimerCanceled is written when workflow code cancels a timer before it fired.
+type TimerCanceled struct {
+	Seq int64 `json:"seq"`
+}
+
+// SideEffectRecorded keeps the value of a workflow.SideEffect call so replay
+// returns the same value without running the function again.
+type SideEffectRecorded struct {
+	Seq   int64           `json:"seq"`
+	Value json.RawMessage `json:"value"`
+}
+
+func (WorkflowStarted) EventType() string    { return "workflow_started" }
+func (WorkflowCompleted) EventType() string  { return "workflow_completed" }
+func (WorkflowFailed) EventType() string     { return "workflow_failed" }
+func (ActivityScheduled) EventType() string  { return "activity_scheduled" }
+func (ActivityCompleted) EventType() string  { return "activity_completed" }
+func (ActivityFailed) EventType() string     { return "activity_failed" }
+func (TimerStarted) EventType() string       { return "timer_started" }
+func (TimerFired) EventType() string         { return "timer_fired" }
+func (TimerCanceled) EventType() string      { return "timer_canceled" }
+func (SideEffectRecorded) EventType() string { return "side_effect_recorded" }
+
+func (WorkflowStarted) IsCommand() bool    { return false }
+func (WorkflowCompleted) IsCommand() bool  { return true }
+func (WorkflowFailed) IsCommand() bool     { return true }
+func (ActivityScheduled) IsCommand() bool  { return true }
+func (ActivityCompleted) IsCommand() bool  { return false }
+func (ActivityFailed) IsCommand() bool     { return false }
+func (TimerStarted) IsCommand() bool       { return true }
+func (TimerFired) IsCommand() bool         { return false }
+func (TimerCanceled) IsCommand() bool      { return true }
+func (SideEffectRecorded) IsCommand() bool { return true }
+
+func (WorkflowStarted) sealed()    {}
+func (WorkflowCompleted) sealed()  {}
+func (WorkflowFailed) sealed()     {}
+func (ActivityScheduled) sealed()  {}
+func (ActivityCompleted) sealed()  {}
+func (ActivityFailed) sealed()     {}
+func (TimerStarted) sealed()       {}
+func (TimerFired) sealed()         {}
+func (TimerCanceled) sealed()      {}
+func (SideEffectRecorded) sealed() {}

@@ -1,0 +1,160 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/store"
+)
+
+const claimActivityTasksSQL = `
+WITH c AS (
+    SELECT id FROM durable_activity_tasks
+    WHERE queue = @queue AND run_after <= @now
+    ORDER BY run_after
+    LIMIT @limit
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE durable_activity_tasks t
+SET attempt = t.attempt + 1, locked_by = @worker,
+    locked_until = @now + t.lease_ms * interval '1 millisecond',
+    run_after = @now + t.lease_ms * interval '1 millisecond'
+FROM c
+WHERE t.id = c.id
+RETURNING t.id, coalesce(t.run_id::text, ''),
+    coalesce((SELECT r.workflow_id FROM durable_runs r WHERE r.run_id = t.run_id), ''),
+    t.seq, t.activity, t.queue, t.input, t.idempotency_key, t.attempt, t.max_attempts, t.rate_limited,
+    t.options, t.locked_until, coalesce(t.last_error, ''), t.heartbeat`
+
+// ClaimActivityTasks implements store.Store.
+func (s *Store) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
+	rows, err := s.db.Query(ctx, claimActivityTasksSQL, pgx.NamedArgs{
+		"queue": in.Queue, "now": in.Now, "limit": in.Limit, "worker": in.WorkerID,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim activity tasks on queue %q: %w", in.Queue, err)
+	}
+	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ActivityTask, error) {
+		var t store.ActivityTask
+		err := row.Scan(&t.ID, &t.RunID, &t.WorkflowID, &t.Seq, &t.Activity, &t.Queue, &t.Input, &t.IdempotencyKey,
+			&t.Attempt, &t.MaxAttempts, &t.RateLimited, &t.Options, &t.LockedUntil, &t.LastError, &t.Heartbeat)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim activity tasks on queue %q: %w", in.Queue, err)
+	}
+	return tasks, nil
+}
+
+// resolveActivitySQL deletes the task if the claim still holds, and appends
+// the outcome to its run (run row first, then the workflow task: the lock
+// order every writer follows).
+const resolveActivitySQL = `
+WITH task AS (
+    DELETE FROM durable_activity_tasks
+    WHERE id = @id AND attempt = @attempt
+    RETURNING run_id
+), run AS (
+    UPDATE durable_runs r
+    SET next_event_id = r.next_event_id + 1, updated_at = @now
+    FROM task
+    WHERE r.run_id = task.run_id AND r.status = 'running'
+    RETURNING r.run_id, r.queue, r.next_event_id - 1 AS event_id
+), ev AS (
+    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
+    SELECT run_id, event_id, @type, @attrs, @now FROM run
+), wt AS (
+    INSERT INTO durable_workflow_tasks (run_id, queue, run_after)
+    SELECT run_id, queue, @now FROM run
+    ON CONFLICT (run_id) DO NOTHING
+    RETURNING queue
+)
+SELECT (SELECT count(*) FROM task), (SELECT count(pg_notify('durable', 'w:' || queue)) FROM wt)`
+
+// ResolveActivity implements store.Store.
+func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) error {
+	attrs, err := history.Encode(in.Event)
+	if err != nil {
+		return fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)
+	}
+	var deleted, notes int
+	err = s.db.QueryRow(ctx, resolveActivitySQL, pgx.NamedArgs{
+		"id": in.TaskID, "attempt": in.Attempt, "now": in.Now, "type": in.Event.EventType(), "attrs": string(attrs),
+	}).Scan(&deleted, &notes)
+	if err != nil {
+		return fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)
+	}
+	if deleted == 0 {
+		return store.ErrLeaseLost
+	}
+	return nil
+}
+
+const retryActivitySQL = `
+UPDATE durable_activity_tasks
+SET locked_by = NULL, locked_until = NULL, run_after = @run_after, last_error = @error,
+    first_failed_at = coalesce(first_failed_at, @now),
+    max_attempts = CASE WHEN @rate_limited AND max_attempts > 0 THEN max_attempts + 1 ELSE max_attempts END,
+    rate_limited = rate_limited + CASE WHEN @rate_limited THEN 1 ELSE 0 END
+WHERE id = @id AND attempt = @attempt`
+
+// RetryActivity implements store.Store.
+func (s *Store) RetryActivity(ctx context.Context, in store.RetryActivityParams) error {
+	tag, err := s.db.Exec(ctx, retryActivitySQL, pgx.NamedArgs{
+		"id": in.TaskID, "attempt": in.Attempt, "run_after": in.RunAfter, "error": in.Error, "now": in.Now,
+		"rate_limited": in.RateLimited,
+	})
+	if err != nil {
+		return fmt.Errorf("retry activity task %d: %w", in.TaskID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrLeaseLost
+	}
+	return nil
+}
+
+// releaseActivityTasksSQL gives back a worker's claims. The attempt number
+// stays (it fences the released claim), so the budget grows by one instead.
+const releaseActivityTasksSQL = `
+WITH rel AS (
+    UPDATE durable_activity_tasks
+    SET locked_by = NULL, locked_until = NULL, run_after = @now,
+        max_attempts = CASE WHEN max_attempts > 0 THEN max_attempts + 1 ELSE 0 END
+    WHERE locked_by = @worker AND locked_until > @now
+    RETURNING queue
+)
+SELECT count(pg_notify('durable', 'a:' || queue)) FROM (SELECT DISTINCT queue FROM rel) q`
+
+// ReleaseActivityTasks implements store.Store.
+func (s *Store) ReleaseActivityTasks(ctx context.Context, in store.ReleaseParams) error {
+	var n int
+	if err := s.db.QueryRow(ctx, releaseActivityTasksSQL, pgx.NamedArgs{"worker": in.WorkerID, "now": in.Now}).Scan(&n); err != nil {
+		return fmt.Errorf("release activity tasks of worker %s: %w", in.WorkerID, err)
+	}
+	return nil
+}
+
+const (
+	nextWorkflowDueSQL = `SELECT min(run_after) FROM durable_workflow_tasks WHERE queue = $1`
+	nextActivityDueSQL = `SELECT min(run_after) FROM durable_activity_tasks WHERE queue = $1`
+)
+
+// NextDue implements store.Store.
+func (s *Store) NextDue(ctx context.Context, kind, queue string) (time.Time, bool, error) {
+	sql := nextActivityDueSQL
+	if kind == "workflow" {
+		sql = nextWorkflowDueSQL
+	}
+	var t *time.Time
+	if err := s.db.QueryRow(ctx, sql, queue).Scan(&t); err != nil {
+		return time.Time{}, false, fmt.Errorf("next due %s task on queue %q: %w", kind, queue, err)
+	}
+	if t == nil {
+		return time.Time{}, false, nil
+	}
+	return *t, true, nil
+}

@@ -1,0 +1,144 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/store"
+)
+
+const createRunSQL = `
+WITH run AS (
+    INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, created_at, updated_at)
+    VALUES (@run_id, @workflow_id, @workflow_type, @queue, 'running', @input, 2, @now, @now)
+    ON CONFLICT (workflow_id) WHERE status = 'running' DO NOTHING
+    RETURNING run_id, queue
+), ev AS (
+    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
+    SELECT run_id, 1, @event_type, @event, @now FROM run
+), task AS (
+    INSERT INTO durable_workflow_tasks (run_id, queue, run_after)
+    SELECT run_id, queue, @now FROM run
+)
+SELECT count(pg_notify('durable', 'w:' || queue)) FROM run`
+
+// CreateRun implements store.Store.
+func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
+	started := history.WorkflowStarted{
+		WorkflowType: in.WorkflowType,
+		WorkflowID:   in.WorkflowID,
+		Queue:        in.Queue,
+		Input:        in.Input,
+		Attempt:      1,
+	}
+	attrs, err := history.Encode(started)
+	if err != nil {
+		return store.Run{}, err
+	}
+	var n int
+	err = s.db.QueryRow(ctx, createRunSQL, pgx.NamedArgs{
+		"run_id":        in.RunID,
+		"workflow_id":   in.WorkflowID,
+		"workflow_type": in.WorkflowType,
+		"queue":         in.Queue,
+		"input":         jsonArg(in.Input),
+		"now":           in.Now,
+		"event_type":    started.EventType(),
+		"event":         string(attrs),
+	}).Scan(&n)
+	if err != nil {
+		return store.Run{}, fmt.Errorf("create run: %w", translate(err))
+	}
+	if n == 0 {
+		existing, err := s.getRun(ctx, getOpenRunSQL, in.WorkflowID)
+		if errors.Is(err, store.ErrNotFound) {
+			// The open run closed between our insert and this read: its
+			// workflow ID is free again, so try once more.
+			return s.CreateRun(ctx, in)
+		}
+		if err != nil {
+			return store.Run{}, err
+		}
+		return existing, store.ErrConflict
+	}
+	return store.Run{
+		RunID:        in.RunID,
+		WorkflowID:   in.WorkflowID,
+		WorkflowType: in.WorkflowType,
+		Queue:        in.Queue,
+		Status:       store.StatusRunning,
+		Input:        in.Input,
+		CreatedAt:    in.Now,
+		UpdatedAt:    in.Now,
+		LastEventID:  1,
+	}, nil
+}
+
+const runColumns = `
+    r.run_id::text, r.workflow_id, r.workflow_type, r.queue, r.status, r.input, r.result, r.failure,
+    r.created_at, r.updated_at, r.closed_at, r.next_event_id - 1,
+    coalesce(t.last_error, ''), coalesce(t.attempts, 0)
+FROM durable_runs r LEFT JOIN durable_workflow_tasks t ON t.run_id = r.run_id`
+
+const (
+	getRunSQL     = `SELECT ` + runColumns + ` WHERE r.run_id = $1`
+	getOpenRunSQL = `SELECT ` + runColumns + ` WHERE r.workflow_id = $1 AND r.status = 'running'`
+	getLatestSQL  = `SELECT ` + runColumns + ` WHERE r.workflow_id = $1 ORDER BY r.created_at DESC, r.run_id LIMIT 1`
+)
+
+// GetRun implements store.Store.
+func (s *Store) GetRun(ctx context.Context, runID string) (store.Run, error) {
+	return s.getRun(ctx, getRunSQL, runID)
+}
+
+// GetRunByWorkflowID implements store.Store.
+func (s *Store) GetRunByWorkflowID(ctx context.Context, workflowID string) (store.Run, error) {
+	return s.getRun(ctx, getLatestSQL, workflowID)
+}
+
+func (s *Store) getRun(ctx context.Context, sql, arg string) (store.Run, error) {
+	rows, err := s.db.Query(ctx, sql, arg)
+	if err != nil {
+		return store.Run{}, fmt.Errorf("get run: %w", err)
+	}
+	r, err := pgx.CollectExactlyOneRow(rows, scanRun)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Run{}, store.ErrNotFound
+	}
+	if err != nil {
+		return store.Run{}, fmt.Errorf("get run: %w", err)
+	}
+	return r, nil
+}
+
+func scanRun(row pgx.CollectableRow) (store.Run, error) {
+	var (
+		r       store.Run
+		failure []byte
+	)
+	err := row.Scan(&r.RunID, &r.WorkflowID, &r.WorkflowType, &r.Queue, &r.Status, &r.Input, &r.Result, &failure,
+		&r.CreatedAt, &r.UpdatedAt, &r.ClosedAt, &r.LastEventID, &r.TaskError, &r.TaskAttempts)
+	if err != nil {
+		return r, err
+	}
+	if failure != nil {
+		r.Failure = new(history.Failure)
+		if err := json.Unmarshal(failure, r.Failure); err != nil {
+			return r, fmt.Errorf("run %s: decode failure: %w", r.RunID, err)
+		}
+	}
+	return r, nil
+}
+
+// jsonArg passes raw JSON to a jsonb parameter; nil becomes JSON null.
+func jsonArg(b json.RawMessage) string {
+	if len(b) == 0 {
+		return "null"
+	}
+	return string(b)
+}

@@ -1,0 +1,202 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/internal/store"
+)
+
+const claimWorkflowTasksSQL = `
+WITH c AS (
+    SELECT run_id FROM durable_workflow_tasks
+    WHERE queue = @queue AND run_after <= @now
+    ORDER BY run_after
+    LIMIT @limit
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE durable_workflow_tasks t
+SET locked_by = @worker, locked_until = @until, run_after = @until, token = t.token + 1
+FROM c, durable_runs r
+WHERE t.run_id = c.run_id AND r.run_id = t.run_id
+RETURNING t.run_id::text, r.workflow_id, r.workflow_type, t.queue, t.token, r.processed_event_id, t.attempts`
+
+// ClaimWorkflowTasks implements store.Store.
+func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
+	rows, err := s.db.Query(ctx, claimWorkflowTasksSQL, pgx.NamedArgs{
+		"queue":  in.Queue,
+		"now":    in.Now,
+		"limit":  in.Limit,
+		"worker": in.WorkerID,
+		"until":  in.Now.Add(in.Lease),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim workflow tasks on queue %q: %w", in.Queue, err)
+	}
+	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkflowTask, error) {
+		var t store.WorkflowTask
+		err := row.Scan(&t.RunID, &t.WorkflowID, &t.WorkflowType, &t.Queue, &t.Token, &t.ProcessedEventID, &t.Attempts)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim workflow tasks on queue %q: %w", in.Queue, err)
+	}
+	return tasks, nil
+}
+
+// commitWorkflowTaskSQL does all of a workflow task's effects in one
+// statement. It locks the task row first (so a claim cannot slip in), then
+// the run row (the order activity completions also follow: run, then task),
+// appends the events after whatever the history holds now, creates activity
+// tasks and timers, and either deletes the task or, if events arrived while
+// it ran, makes it ready again.
+const commitWorkflowTaskSQL = `
+WITH lock AS (
+    SELECT run_id FROM durable_workflow_tasks
+    WHERE run_id = @run_id AND token = @token
+    FOR UPDATE
+), run AS (
+    UPDATE durable_runs r
+    SET next_event_id = r.next_event_id + cardinality(@types::text[]),
+        processed_event_id = @processed,
+        updated_at = @now,
+        status = coalesce(@close_status, r.status),
+        result = coalesce(@result::jsonb, r.result),
+        failure = coalesce(@failure::jsonb, r.failure),
+        closed_at = CASE WHEN @close_status::text IS NULL THEN NULL ELSE @now::timestamptz END
+    FROM lock
+    WHERE r.run_id = lock.run_id AND r.status = 'running'
+    RETURNING r.run_id, r.queue, r.next_event_id - cardinality(@types::text[]) AS first_id
+), ev AS (
+    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
+    SELECT run.run_id, run.first_id + e.ord - 1, e.type, e.attrs, @now
+    FROM run, unnest(@types::text[], @attrs::jsonb[]) WITH ORDINALITY AS e(type, attrs, ord)
+), acts AS (
+    INSERT INTO durable_activity_tasks (run_id, seq, activity, queue, input, idempotency_key, options, max_attempts, lease_ms, run_after, created_at)
+    SELECT run.run_id, a.seq, a.activity, a.queue, a.input, a.key, a.options, a.max_attempts, a.lease_ms, a.run_after, @now
+    FROM run, unnest(@act_seq::bigint[], @act_name::text[], @act_queue::text[], @act_input::jsonb[], @act_key::text[],
+                     @act_options::jsonb[], @act_max::int[], @act_lease::bigint[], @act_after::timestamptz[])
+         AS a(seq, activity, queue, input, key, options, max_attempts, lease_ms, run_after)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING queue, run_after
+), tmr AS (
+    INSERT INTO durable_timers (run_id, seq, queue, fire_at)
+    SELECT run.run_id, t.seq, run.queue, t.fire_at
+    FROM run, unnest(@timer_seq::bigint[], @timer_at::timestamptz[]) AS t(seq, fire_at)
+    RETURNING fire_at
+), ctm AS (
+    DELETE FROM durable_timers d USING run
+    WHERE d.run_id = run.run_id AND d.seq = ANY(@canceled::bigint[])
+), del AS (
+    DELETE FROM durable_workflow_tasks t USING run
+    WHERE t.run_id = run.run_id AND (@close_status::text IS NOT NULL OR run.first_id = @processed + 1)
+), rel AS (
+    UPDATE durable_workflow_tasks t
+    SET locked_by = NULL, locked_until = NULL, run_after = @now, attempts = 0, last_error = NULL
+    FROM run
+    WHERE t.run_id = run.run_id AND @close_status::text IS NULL AND run.first_id <> @processed + 1
+    RETURNING t.queue
+), notes AS (
+    SELECT DISTINCT 'a:' || queue AS note FROM acts WHERE run_after <= @now
+    UNION SELECT 'w:' || queue FROM rel
+    UNION SELECT 'c:' || run_id::text FROM run WHERE @close_status::text IS NOT NULL
+    UNION SELECT 't:' FROM tmr
+)
+SELECT (SELECT count(*) FROM run), (SELECT count(pg_notify('durable', note)) FROM notes)`
+
+// CommitWorkflowTask implements store.Store.
+func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowTaskParams) error {
+	types, attrs, err := encodeEvents(in.Events)
+	if err != nil {
+		return fmt.Errorf("commit workflow task of run %s: %w", in.RunID, err)
+	}
+	args := pgx.NamedArgs{
+		"run_id":    in.RunID,
+		"token":     in.Token,
+		"processed": in.ProcessedEventID,
+		"now":       in.Now,
+		"types":     types,
+		"attrs":     attrs,
+		"canceled":  in.CanceledTimers,
+	}
+	if in.CanceledTimers == nil {
+		args["canceled"] = []int64{}
+	}
+	args["close_status"], args["result"], args["failure"] = nil, nil, nil
+	if c := in.Close; c != nil {
+		args["close_status"] = c.Status
+		if c.Result != nil {
+			args["result"] = string(c.Result)
+		}
+		if c.Failure != nil {
+			b, err := json.Marshal(c.Failure)
+			if err != nil {
+				return fmt.Errorf("commit workflow task of run %s: encode failure: %w", in.RunID, err)
+			}
+			args["failure"] = string(b)
+		}
+	}
+	n := len(in.Activities)
+	seq, name, queue, input, key, opts := make([]int64, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	maxAttempts, lease, after := make([]int32, n), make([]int64, n), make([]any, n)
+	for i, a := range in.Activities {
+		seq[i], name[i], queue[i], input[i], key[i] = a.Seq, a.Activity, a.Queue, jsonArg(a.Input), a.IdempotencyKey
+		opts[i], maxAttempts[i], lease[i], after[i] = jsonArg(a.Options), int32(a.MaxAttempts), a.Lease.Milliseconds(), a.RunAfter
+	}
+	args["act_seq"], args["act_name"], args["act_queue"], args["act_input"], args["act_key"] = seq, name, queue, input, key
+	args["act_options"], args["act_max"], args["act_lease"], args["act_after"] = opts, maxAttempts, lease, after
+	tseq, tat := make([]int64, len(in.Timers)), make([]any, len(in.Timers))
+	for i, t := range in.Timers {
+		tseq[i], tat[i] = t.Seq, t.FireAt
+	}
+	args["timer_seq"], args["timer_at"] = tseq, tat
+
+	var ok, notes int
+	if err := s.db.QueryRow(ctx, commitWorkflowTaskSQL, args).Scan(&ok, &notes); err != nil {
+		return fmt.Errorf("commit workflow task of run %s: %w", in.RunID, translate(err))
+	}
+	if ok == 0 {
+		return store.ErrLeaseLost
+	}
+	return nil
+}
+
+const failWorkflowTaskSQL = `
+UPDATE durable_workflow_tasks
+SET locked_by = NULL, locked_until = NULL, run_after = @run_after, attempts = attempts + 1, last_error = @error
+WHERE run_id = @run_id AND token = @token`
+
+// FailWorkflowTask implements store.Store.
+func (s *Store) FailWorkflowTask(ctx context.Context, in store.FailWorkflowTaskParams) error {
+	tag, err := s.db.Exec(ctx, failWorkflowTaskSQL, pgx.NamedArgs{
+		"run_id": in.RunID, "token": in.Token, "run_after": in.RunAfter, "error": in.Error,
+	})
+	if err != nil {
+		return fmt.Errorf("fail workflow task of run %s: %w", in.RunID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrLeaseLost
+	}
+	return nil
+}
+
+const releaseWorkflowTasksSQL = `
+WITH rel AS (
+    UPDATE durable_workflow_tasks
+    SET locked_by = NULL, locked_until = NULL, run_after = @now
+    WHERE locked_by = @worker
+    RETURNING queue
+)
+SELECT count(pg_notify('durable', 'w:' || queue)) FROM (SELECT DISTINCT queue FROM rel) q`
+
+// ReleaseWorkflowTasks implements store.Store.
+func (s *Store) ReleaseWorkflowTasks(ctx context.Context, in store.ReleaseParams) error {
+	var n int
+	if err := s.db.QueryRow(ctx, releaseWorkflowTasksSQL, pgx.NamedArgs{"worker": in.WorkerID, "now": in.Now}).Scan(&n); err != nil {
+		return fmt.Errorf("release workflow tasks of worker %s: %w", in.WorkerID, err)
+	}
+	return nil
+}

@@ -1,0 +1,249 @@
+// Package store defines the one seam between the engine and its database.
+//
+// Each method is one engine step and one transaction: it does all of its writes
+// or none. Times the store compares or writes come in as parameters from the
+// engine's clock; a store never reads the wall clock itself. The Postgres
+// implementation lives in store/postgres; storetest is the conformance suite
+// every implementation must pass.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/durable-go/durable/history"
+)
+
+var (
+	// ErrNotFound is returned when a run, task or dead letter does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict is returned when an open run already has the workflow ID.
+	ErrConflict = errors.New("conflict")
+	// ErrLeaseLost is returned when a write is made on the strength of a claim
+	// that is no longer held: the task was completed, or claimed again by
+	// another worker. The write is refused and nothing changes.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrRunClosed is returned when a change is asked of a closed run.
+	ErrRunClosed = errors.New("run closed")
+)
+
+// Run statuses.
+const (
+	StatusRunning   = "running"
+	StatusCompleted = "completed"
+	StatusFailed    = "failed"
+)
+
+// Run is a workflow run as the store keeps it.
+type Run struct {
+	RunID        string
+	WorkflowID   string
+	WorkflowType string
+	Queue        string
+	Status       string
+	Input        json.RawMessage
+	Result       json.RawMessage
+	Failure      *history.Failure
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	ClosedAt     *time.Time
+	// LastEventID is the ID of the last event in the run's history.
+	LastEventID int64
+	// TaskError is the error of the run's last failed workflow task (a panic, a
+	// non-determinism error, an unregistered type), or empty.
+	TaskError string
+	// TaskAttempts is how many times the run's pending workflow task has failed.
+	TaskAttempts int
+}
+
+// CreateRunParams are the inputs of CreateRun.
+type CreateRunParams struct {
+	RunID        string
+	WorkflowID   string
+	WorkflowType string
+	Queue        string
+	Input        json.RawMessage
+	Now          time.Time
+}
+
+// ClaimParams are the inputs of the Claim methods.
+type ClaimParams struct {
+	Queue    string
+	WorkerID string
+	// Limit is the most tasks to claim.
+	Limit int
+	Now   time.Time
+	// Lease is how long a workflow task claim holds before another worker may
+	// take the task. Activity tasks carry their own lease.
+	Lease time.Duration
+}
+
+// WorkflowTask is a claimed workflow task.
+type WorkflowTask struct {
+	RunID        string
+	WorkflowID   string
+	WorkflowType string
+	Queue        string
+	// Token fences the claim: writes made for this task must present it.
+	Token int64
+	// ProcessedEventID is the last event a committed workflow task of the run
+	// has consumed; events after it are new to the workflow.
+	ProcessedEventID int64
+	// Attempts counts the task's earlier failures.
+	Attempts int
+}
+
+// NewActivityTask is an activity task to create.
+type NewActivityTask struct {
+	// Seq is the activity's command sequence number in its run.
+	Seq      int64
+	Activity string
+	Queue    string
+	Input    json.RawMessage
+	// IdempotencyKey is stable across attempts; unique among activity tasks.
+	IdempotencyKey string
+	// MaxAttempts is the attempt budget; 0 means unlimited.
+	MaxAttempts int
+	// Options are the activity's options as JSON, kept for the workers.
+	Options json.RawMessage
+	// Lease is how long one claim of the task holds (the start-to-close timeout).
+	Lease    time.Duration
+	RunAfter time.Time
+}
+
+// NewTimer is a durable timer to create.
+type NewTimer struct {
+	Seq    int64
+	FireAt time.Time
+}
+
+// CommitWorkflowTaskParams are the inputs of CommitWorkflowTask.
+type CommitWorkflowTaskParams struct {
+	RunID string
+	Token int64
+	// ProcessedEventID is the last history event the task consumed.
+	ProcessedEventID int64
+	// Events are the commands the task produced, appended in order.
+	Events []history.Attributes
+	// Activities and Timers are created with the events.
+	Activities []NewActivityTask
+	Timers     []NewTimer
+	// CanceledTimers are removed.
+	CanceledTimers []int64
+	// Close, if set, closes the run with this status.
+	Close *CloseRun
+	Now   time.Time
+}
+
+// CloseRun closes a run.
+type CloseRun struct {
+	Status  string
+	Result  json.RawMessage
+	Failure *history.Failure
+}
+
+// FailWorkflowTaskParams are the inputs of FailWorkflowTask.
+type FailWorkflowTaskParams struct {
+	RunID string
+	Token int64
+	// Error is kept on the run for people to see.
+	Error string
+	// RunAfter is when the task may be tried again.
+	RunAfter time.Time
+	Now      time.Time
+}
+
+// ActivityTask is a claimed activity task.
+type ActivityTask struct {
+	ID             int64
+	RunID          string // empty for a standalone job
+	WorkflowID     string
+	Seq            int64
+	Activity       string
+	Queue          string
+	Input          json.RawMessage
+	IdempotencyKey string
+	// Attempt is this claim's attempt number, starting at 1. It fences the claim.
+	Attempt     int
+	MaxAttempts int
+	// RateLimited counts the retries the other side asked for.
+	RateLimited int
+	Options     json.RawMessage
+	LockedUntil time.Time
+	// LastError is the error of the previous attempt, if any.
+	LastError string
+	// Heartbeat is the last heartbeat's details, from this or an earlier attempt.
+	Heartbeat json.RawMessage
+}
+
+// ResolveActivityParams are the inputs of ResolveActivity: the activity is
+// done, and Event (ActivityCompleted or ActivityFailed) is appended to its run.
+type ResolveActivityParams struct {
+	TaskID  int64
+	Attempt int
+	Event   history.Attributes
+	Now     time.Time
+}
+
+// RetryActivityParams are the inputs of RetryActivity.
+type RetryActivityParams struct {
+	TaskID   int64
+	Attempt  int
+	RunAfter time.Time
+	Error    string
+	// RateLimited marks a retry the other side asked for: it gives the
+	// attempt back to the budget and counts against the rate-limit cap.
+	RateLimited bool
+	Now         time.Time
+}
+
+// ReleaseParams are the inputs of the Release methods: claims a worker gives
+// back unworked on shutdown.
+type ReleaseParams struct {
+	WorkerID string
+	Now      time.Time
+}
+
+// Store is the engine's view of its database. Users never implement it.
+type Store interface {
+	// CreateRun inserts a running run, its WorkflowStarted event and a ready
+	// workflow task. If an open run already has in.WorkflowID it returns that
+	// run and ErrConflict.
+	CreateRun(ctx context.Context, in CreateRunParams) (Run, error)
+	// GetRun returns the run, or ErrNotFound.
+	GetRun(ctx context.Context, runID string) (Run, error)
+	// GetRunByWorkflowID returns the newest run with the workflow ID, or ErrNotFound.
+	GetRunByWorkflowID(ctx context.Context, workflowID string) (Run, error)
+	// ListEvents returns the run's events with IDs above afterID, in order.
+	ListEvents(ctx context.Context, runID string, afterID int64) ([]history.Event, error)
+
+	// ClaimWorkflowTasks claims up to in.Limit ready workflow tasks.
+	ClaimWorkflowTasks(ctx context.Context, in ClaimParams) ([]WorkflowTask, error)
+	// CommitWorkflowTask appends the task's events and applies its effects.
+	// It returns ErrLeaseLost if the claim token no longer holds.
+	CommitWorkflowTask(ctx context.Context, in CommitWorkflowTaskParams) error
+	// FailWorkflowTask releases the task for a later retry and keeps the error.
+	// It returns ErrLeaseLost if the claim token no longer holds.
+	FailWorkflowTask(ctx context.Context, in FailWorkflowTaskParams) error
+	// ReleaseWorkflowTasks gives back every workflow task the worker holds.
+	ReleaseWorkflowTasks(ctx context.Context, in ReleaseParams) error
+
+	// ClaimActivityTasks claims up to in.Limit ready activity tasks, raising
+	// each one's attempt number.
+	ClaimActivityTasks(ctx context.Context, in ClaimParams) ([]ActivityTask, error)
+	// ResolveActivity deletes the task and appends its outcome to its run,
+	// making a workflow task ready. It returns ErrLeaseLost if the task is gone
+	// or was claimed again (a late duplicate completion).
+	ResolveActivity(ctx context.Context, in ResolveActivityParams) error
+	// RetryActivity releases the task to be tried again at in.RunAfter.
+	// It returns ErrLeaseLost if the claim no longer holds.
+	RetryActivity(ctx context.Context, in RetryActivityParams) error
+	// NextDue returns when the earliest task of the kind ("workflow" or
+	// "activity") on the queue becomes ready, or ok false if there is none.
+	NextDue(ctx context.Context, kind, queue string) (t time.Time, ok bool, err error)
+	// ReleaseActivityTasks gives back, without spending an attempt, the
+	// activity tasks the worker holds.
+	ReleaseActivityTasks(ctx context.Context, in ReleaseParams) error
+}

@@ -1,0 +1,52 @@
+// Package wfexec is the bridge between the engine and package workflow's
+// replay executor. Package workflow sets New in its init function; the engine
+// calls it. Nothing here is for users.
+package wfexec
+
+import (
+	"encoding/json"
+	"log/slog"
+
+	"github.com/durable-go/durable/activity"
+	"github.com/durable-go/durable/history"
+)
+
+// Func is a registered workflow function with its payloads still encoded.
+// Its first argument is a workflow.Context (typed any to avoid an import cycle).
+type Func = func(ctx any, input json.RawMessage) (json.RawMessage, error)
+
+// Options configure one executor.
+type Options struct {
+	RunID        string
+	WorkflowID   string
+	WorkflowType string
+	// Func runs the workflow. Package workflow converts it to its own type.
+	Func any
+	// ResolveActivity returns the registered name and the registration
+	// options of an activity function passed to workflow.ExecuteActivity.
+	ResolveActivity func(fn any) (string, activity.Options)
+	// Logger is the base of workflow.Logger.
+	Logger *slog.Logger
+}
+
+// Executor runs one workflow run's code against its history.
+type Executor interface {
+	// Apply feeds events, which must continue the history from the last
+	// applied event, and runs the workflow's coroutines after each event that
+	// delivers something. Events with IDs up to replayedUpTo were processed
+	// by an earlier task, so the workflow logger is silent for them. A
+	// mismatch between history and code returns a *workflow.NonDeterminismError,
+	// a panic in workflow code a *workflow.PanicError; the executor is then
+	// unusable and must be closed.
+	Apply(events []history.Event, replayedUpTo int64) error
+	// TakeCommands returns the commands produced since the last call that
+	// history does not hold yet, in order.
+	TakeCommands() []history.Attributes
+	// LastEventID is the ID of the last applied event.
+	LastEventID() int64
+	// Close stops the run's coroutines.
+	Close()
+}
+
+// New creates an executor. It is set by package workflow.
+var New func(Options) Executor

@@ -1,0 +1,284 @@
+package workflow
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/wfexec"
+)
+
+func init() {
+	wfexec.New = func(o wfexec.Options) wfexec.Executor { return newExecutor(o) }
+}
+
+// executor replays one run: it feeds history events to the workflow's code
+// and matches the commands the code produces against the commands history
+// recorded.
+type executor struct {
+	opts wfexec.Options
+	fn   func(Context, json.RawMessage) (json.RawMessage, error)
+	d    dispatcher
+
+	seq      int64              // last command sequence number handed out
+	pending  []*command         // produced by code, not yet seen in history, in order
+	futures  map[int64]*future  // open activity and timer futures, by seq
+	recorded map[int64]json.RawMessage // side-effect values found in history, by seq
+
+	now          time.Time
+	replaying    bool
+	lastEventID  int64
+	replayedUpTo int64
+	closed       bool // a completion command was produced
+	logger       *slog.Logger
+}
+
+type command struct {
+	attrs history.Attributes
+	sent  bool    // handed to the engine by TakeCommands
+	pc    uintptr // where workflow code asked for it
+}
+
+func newExecutor(o wfexec.Options) *executor {
+	fn, ok := o.Func.(func(Context, json.RawMessage) (json.RawMessage, error))
+	if !ok {
+		panic(fmt.Sprintf("wfexec: Func has type %T", o.Func))
+	}
+	x := &executor{opts: o, fn: fn, futures: map[int64]*future{}, recorded: map[int64]json.RawMessage{}}
+	base := o.Logger
+	if base == nil {
+		base = slog.Default()
+	}
+	x.logger = slog.New(&replayHandler{inner: base.Handler(), x: x}).With(
+		slog.String("workflow", o.WorkflowType), slog.String("workflow_id", o.WorkflowID), slog.String("run_id", o.RunID))
+	return x
+}
+
+func (x *executor) LastEventID() int64 { return x.lastEventID }
+
+func (x *executor) Close() { x.d.close() }
+
+func (x *executor) TakeCommands() []history.Attributes {
+	var out []history.Attributes
+	for _, c := range x.pending {
+		if !c.sent {
+			c.sent = true
+			out = append(out, c.attrs)
+		}
+	}
+	return out
+}
+
+func (x *executor) Apply(events []history.Event, replayedUpTo int64) error {
+	x.replayedUpTo = replayedUpTo
+	for _, ev := range events {
+		if r, ok := ev.Attributes.(history.SideEffectRecorded); ok {
+			x.recorded[r.Seq] = r.Value
+		}
+	}
+	for _, ev := range events {
+		if ev.ID != x.lastEventID+1 {
+			return fmt.Errorf("run %s: history skips from event %d to %d", x.opts.RunID, x.lastEventID, ev.ID)
+		}
+		if err := x.apply(ev); err != nil {
+			return err
+		}
+		x.lastEventID = ev.ID
+	}
+	return nil
+}
+
+func (x *executor) apply(ev history.Event) error {
+	x.replaying = ev.ID <= x.replayedUpTo
+	if ev.Attributes.IsCommand() {
+		return x.match(ev)
+	}
+	x.now = ev.Time
+	switch a := ev.Attributes.(type) {
+	case history.WorkflowStarted:
+		if ev.ID != 1 {
+			return x.nondeterminism(ev, "a second workflow start")
+		}
+		input := a.Input
+		x.d.spawn("main", func() { x.runMain(input) })
+	case history.ActivityCompleted:
+		f, err := x.future(ev, a.Seq)
+		if err != nil {
+			return err
+		}
+		f.settle(a.Result, nil)
+	case history.ActivityFailed:
+		f, err := x.future(ev, a.Seq)
+		if err != nil {
+			return err
+		}
+		f.settle(nil, &ActivityError{Activity: f.name, Message: a.Failure.Message, Class: a.Failure.Class, Attempts: a.Failure.Attempts})
+	case history.TimerFired:
+		f, err := x.future(ev, a.Seq)
+		if err != nil {
+			return err
+		}
+		f.settle(nil, nil)
+	default:
+		return fmt.Errorf("run %s: event %d: %s is not handled by this version of durable", x.opts.RunID, ev.ID, ev.Type())
+	}
+	return x.d.run()
+}
+
+func (x *executor) runMain(input json.RawMessage) {
+	result, err := x.fn(Context{x: x}, input)
+	if err != nil {
+		f := history.Failure{Message: err.Error(), Class: errorClass(err)}
+		x.command(history.WorkflowFailed{Failure: f})
+	} else {
+		x.command(history.WorkflowCompleted{Result: result})
+	}
+	x.closed = true
+}
+
+// future returns the open future of the command seq, which an event resolves.
+func (x *executor) future(ev history.Event, seq int64) (*future, error) {
+	f, ok := x.futures[seq]
+	if !ok {
+		return nil, &NonDeterminismError{
+			RunID: x.opts.RunID, EventID: ev.ID,
+			Recorded: describe(ev.Attributes),
+			Got:      fmt.Sprintf("no open activity or timer with seq %d", seq),
+		}
+	}
+	delete(x.futures, seq)
+	return f, nil
+}
+
+// match checks a command event from history against the next command the
+// code produced.
+func (x *executor) match(ev history.Event) error {
+	if len(x.pending) == 0 {
+		return x.nondeterminism(ev, "nothing")
+	}
+	c := x.pending[0]
+	if !sameCommand(c.attrs, ev.Attributes) {
+		err := x.nondeterminism(ev, describe(c.attrs))
+		err.Pos = position(c.pc)
+		return err
+	}
+	x.pending[0] = nil
+	x.pending = x.pending[1:]
+	return nil
+}
+
+func (x *executor) nondeterminism(ev history.Event, got string) *NonDeterminismError {
+	return &NonDeterminismError{RunID: x.opts.RunID, EventID: ev.ID, Recorded: describe(ev.Attributes), Got: got}
+}
+
+// command records a command produced by workflow code.
+func (x *executor) command(a history.Attributes) {
+	x.pending = append(x.pending, &command{attrs: a, pc: callerPC()})
+}
+
+func (x *executor) nextSeq() int64 {
+	x.seq++
+	return x.seq
+}
+
+func sameCommand(got, recorded history.Attributes) bool {
+	if got.EventType() != recorded.EventType() {
+		return false
+	}
+	switch g := got.(type) {
+	case history.ActivityScheduled:
+		r := recorded.(history.ActivityScheduled)
+		return g.Seq == r.Seq && g.Activity == r.Activity
+	case history.TimerStarted:
+		return g.Seq == recorded.(history.TimerStarted).Seq
+	case history.TimerCanceled:
+		return g.Seq == recorded.(history.TimerCanceled).Seq
+	case history.SideEffectRecorded:
+		return g.Seq == recorded.(history.SideEffectRecorded).Seq
+	}
+	return true
+}
+
+// describe names a command for error messages.
+func describe(a history.Attributes) string {
+	switch a := a.(type) {
+	case history.ActivityScheduled:
+		return fmt.Sprintf("ActivityScheduled(%s, seq %d)", a.Activity, a.Seq)
+	case history.TimerStarted:
+		return fmt.Sprintf("TimerStarted(seq %d)", a.Seq)
+	case history.TimerCanceled:
+		return fmt.Sprintf("TimerCanceled(seq %d)", a.Seq)
+	case history.SideEffectRecorded:
+		return fmt.Sprintf("SideEffect(seq %d)", a.Seq)
+	case history.WorkflowCompleted:
+		return "WorkflowCompleted"
+	case history.WorkflowFailed:
+		return "WorkflowFailed"
+	}
+	return a.EventType()
+}
+
+const pkgPrefix = "github.com/durable-go/durable/workflow."
+
+// callerPC returns the program counter of the nearest caller outside this
+// package: the workflow code that asked for a command.
+func callerPC() uintptr {
+	var pcs [16]uintptr
+	n := runtime.Callers(3, pcs[:])
+	frames := runtime.CallersFrames(pcs[:n])
+	for {
+		f, more := frames.Next()
+		if !strings.HasPrefix(f.Function, pkgPrefix) {
+			return f.PC
+		}
+		if !more {
+			return 0
+		}
+	}
+}
+
+func position(pc uintptr) string {
+	if pc == 0 {
+		return ""
+	}
+	f, _ := runtime.CallersFrames([]uintptr{pc}).Next()
+	return fmt.Sprintf("%s:%d", f.File, f.Line)
+}
+
+// NonDeterminismError reports that workflow code no longer matches its run's
+// history: replaying event EventID, history recorded one command and the code
+// asked for another (or for none). The workflow task fails and the run waits,
+// unchanged, until code that matches its history is deployed.
+type NonDeterminismError struct {
+	RunID   string
+	EventID int64
+	// Recorded is what history holds at EventID.
+	Recorded string
+	// Got is what the code did instead.
+	Got string
+	// Pos is the file:line of the workflow code that made the diverging call,
+	// when there was one.
+	Pos string
+}
+
+func (e *NonDeterminismError) Error() string {
+	msg := fmt.Sprintf("non-determinism in run %s at event %d: history has %s, code did %s", e.RunID, e.EventID, e.Recorded, e.Got)
+	if e.Pos != "" {
+		msg += " at " + e.Pos
+	}
+	return msg + "; the run waits until code that matches its history is deployed"
+}
+
+// errorClass names an error's kind for a Failure.
+func errorClass(err error) string {
+	var ae *ActivityError
+	if errors.As(err, &ae) {
+		return "activity"
+	}
+	return fmt.Sprintf("%T", err)
+}
