@@ -139,10 +139,12 @@ func (e *Engine) resolveFailed(ctx context.Context, t store.ActivityTask, attrs 
 }
 
 func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, ev history.Attributes) {
-	err := e.store.ResolveActivity(ctx, store.ResolveActivityParams{TaskID: t.ID, Attempt: t.Attempt, Event: ev, Now: e.now()})
+	ready, err := e.store.ResolveActivity(ctx, store.ResolveActivityParams{TaskID: t.ID, Attempt: t.Attempt, Event: ev, Now: e.now()})
 	if err != nil {
 		e.logLostWrite(ctx, "record activity outcome", attrs, err)
+		return
 	}
+	e.announce(ready)
 }
 
 // logLostWrite logs a write that did not happen. A lost lease is expected

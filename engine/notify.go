@@ -9,8 +9,29 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/store/postgres"
 )
+
+// announce wakes the workers that r concerns.
+func (e *Engine) announce(r store.Ready) {
+	var keys []string
+	for _, q := range r.WorkflowQueues {
+		keys = append(keys, "w:"+q)
+	}
+	for _, q := range r.ActivityQueues {
+		keys = append(keys, "a:"+q)
+	}
+	if r.ClosedRun != "" {
+		keys = append(keys, "c:"+r.ClosedRun)
+	}
+	if r.TimerAt != nil {
+		keys = append(keys, "t:")
+	}
+	if len(keys) > 0 {
+		e.hub.publish(keys...)
+	}
+}
 
 // hub holds one LISTEN connection per engine and fans notifications out to
 // the pollers and Result waiters that want them. It runs only while someone
@@ -24,13 +45,26 @@ type hub struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu      sync.Mutex // guards the subscriber maps
-	wakes   map[string][]chan struct{}
+	mu      sync.Mutex // guards the subscriber maps and pending
+	wakes   map[string][]*waker
 	waiters map[string]map[chan struct{}]struct{}
+	pending map[string]bool // notifications for other processes, not yet sent
+	flush   chan struct{}
+}
+
+// waker is a local poller: it is woken by a key, and says whether it has a
+// free slot to take the work itself.
+type waker struct {
+	c       chan struct{}
+	hasFree func() bool
 }
 
 func newHub(pool *pgxpool.Pool, log *slog.Logger) *hub {
-	return &hub{pool: pool, log: log, wakes: map[string][]chan struct{}{}, waiters: map[string]map[chan struct{}]struct{}{}}
+	return &hub{
+		pool: pool, log: log,
+		wakes: map[string][]*waker{}, waiters: map[string]map[chan struct{}]struct{}{},
+		pending: map[string]bool{}, flush: make(chan struct{}, 1),
+	}
 }
 
 // acquire starts the listener if it is not running and waits, at most a
@@ -46,7 +80,13 @@ func (h *hub) acquire() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan struct{})
 	ready := make(chan struct{})
-	go h.listen(ctx, ready, h.done)
+	flushed := make(chan struct{})
+	go h.sendLoop(ctx, flushed)
+	go func() {
+		h.listen(ctx, ready)
+		<-flushed
+		close(h.done)
+	}()
 	select {
 	case <-ready:
 	case <-time.After(time.Second):
@@ -64,22 +104,30 @@ func (h *hub) release() {
 	<-h.done
 }
 
-// wake returns a channel that receives a value (coalesced) whenever a
-// notification with the key arrives: "w:<queue>", "a:<queue>" or "t:".
-func (h *hub) wake(key string) chan struct{} {
-	c := make(chan struct{}, 1)
-	h.mu.Lock()
-	h.wakes[key] = append(h.wakes[key], c)
-	h.mu.Unlock()
-	return c
+// active reports whether the hub runs, and so will send what is published.
+func (h *hub) active() bool {
+	h.life.Lock()
+	defer h.life.Unlock()
+	return h.refs > 0
 }
 
-func (h *hub) unwake(key string, c chan struct{}) {
+// wake returns a channel that receives a value (coalesced) whenever work
+// with the key is announced, here or by NOTIFY: "w:<queue>", "a:<queue>" or
+// "t:". hasFree says whether the subscriber could take such work now.
+func (h *hub) wake(key string, hasFree func() bool) *waker {
+	w := &waker{c: make(chan struct{}, 1), hasFree: hasFree}
+	h.mu.Lock()
+	h.wakes[key] = append(h.wakes[key], w)
+	h.mu.Unlock()
+	return w
+}
+
+func (h *hub) unwake(key string, w *waker) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cs := h.wakes[key]
 	for i := range cs {
-		if cs[i] == c {
+		if cs[i] == w {
 			h.wakes[key] = append(cs[:i:i], cs[i+1:]...)
 			break
 		}
@@ -135,18 +183,82 @@ func (h *hub) dispatch(payload string) {
 		}
 		return
 	}
-	for _, c := range h.wakes[payload] {
-		signal(c)
+	for _, w := range h.wakes[payload] {
+		signal(w.c)
 	}
 }
+
+// publish announces keys: to this process's subscribers at once, and to
+// other processes by a NOTIFY that the send loop batches. Work that a local
+// worker with a free slot will take is not announced to other processes.
+func (h *hub) publish(keys ...string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, k := range keys {
+		taken := false
+		if runID, ok := strings.CutPrefix(k, "c:"); ok {
+			for c := range h.waiters[runID] {
+				signal(c)
+			}
+		} else {
+			for _, w := range h.wakes[k] {
+				signal(w.c)
+				taken = taken || w.hasFree()
+			}
+		}
+		if !taken {
+			h.pending[k] = true
+		}
+	}
+	signal(h.flush)
+}
+
+// sendLoop sends pending notifications, all that piled up during the
+// previous send in one transaction. That transaction commits
+// asynchronously: a lost notification costs latency (the backstop poll),
+// never correctness. It makes a last send when ctx ends.
+func (h *hub) sendLoop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	for {
+		stop := false
+		select {
+		case <-h.flush:
+		case <-ctx.Done():
+			stop = true
+		}
+		h.mu.Lock()
+		keys := make([]string, 0, len(h.pending))
+		for k := range h.pending {
+			keys = append(keys, k)
+		}
+		clear(h.pending)
+		h.mu.Unlock()
+		if len(keys) > 0 {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, err := h.pool.Exec(sctx, sendNotificationsSQL, keys)
+			cancel()
+			if err != nil {
+				h.log.LogAttrs(ctx, slog.LevelWarn, "send notifications; other processes pick the work up at their next poll",
+					slog.String("error", err.Error()))
+			}
+		}
+		if stop {
+			return
+		}
+	}
+}
+
+const sendNotificationsSQL = `
+SELECT count(pg_notify('` + postgres.NotifyChannel + `', k))
+FROM set_config('synchronous_commit', 'off', true), unnest($1::text[]) AS k`
 
 // wakeAll signals everyone: after a reconnect, notifications may have been lost.
 func (h *hub) wakeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, cs := range h.wakes {
-		for _, c := range cs {
-			signal(c)
+	for _, ws := range h.wakes {
+		for _, w := range ws {
+			signal(w.c)
 		}
 	}
 	for _, ws := range h.waiters {
@@ -156,8 +268,7 @@ func (h *hub) wakeAll() {
 	}
 }
 
-func (h *hub) listen(ctx context.Context, ready, done chan struct{}) {
-	defer close(done)
+func (h *hub) listen(ctx context.Context, ready chan struct{}) {
 	backoff := 50 * time.Millisecond
 	first := true
 	for ctx.Err() == nil {

@@ -63,7 +63,7 @@ type Run[Out any] struct {
 // with the same workflow ID. It returns once the run is durably recorded; a
 // worker (of this or another engine) then runs it.
 func Start[In, Out any](ctx context.Context, e *Engine, wf func(workflow.Context, In) (Out, error), in In, o StartOptions) (*Run[Out], error) {
-	return start[Out](ctx, e, e.store, wf, in, o)
+	return start[Out](ctx, e, e.store, false, wf, in, o)
 }
 
 // StartTx is Start inside the caller's transaction: the run exists if and only
@@ -73,10 +73,10 @@ func StartTx[In, Out any](ctx context.Context, e *Engine, tx pgx.Tx, wf func(wor
 	if tx == nil {
 		return nil, errors.New("start workflow: nil transaction")
 	}
-	return start[Out](ctx, e, e.store.WithTx(tx), wf, in, o)
+	return start[Out](ctx, e, e.store.WithTx(tx), true, wf, in, o)
 }
 
-func start[Out any](ctx context.Context, e *Engine, s *postgres.Store, wf any, in any, o StartOptions) (*Run[Out], error) {
+func start[Out any](ctx context.Context, e *Engine, s *postgres.Store, inTx bool, wf any, in any, o StartOptions) (*Run[Out], error) {
 	name, queue, err := e.workflowName(wf)
 	if err != nil {
 		return nil, fmt.Errorf("start workflow: %w", err)
@@ -101,6 +101,9 @@ func start[Out any](ctx context.Context, e *Engine, s *postgres.Store, wf any, i
 		Queue:        queue,
 		Input:        input,
 		Now:          e.now(),
+		// Inside the caller's transaction only a NOTIFY sent at its commit
+		// is right; without a running hub nothing would send ours.
+		Notify: inTx || !e.hub.active(),
 	})
 	existing := errors.Is(err, store.ErrConflict)
 	if err != nil && !existing {
@@ -108,6 +111,9 @@ func start[Out any](ctx context.Context, e *Engine, s *postgres.Store, wf any, i
 	}
 	if existing && o.RejectIfRunning {
 		return nil, fmt.Errorf("start workflow %s %q: %w (run %s)", name, o.ID, ErrAlreadyRunning, r.RunID)
+	}
+	if !existing && !inTx && e.hub.active() {
+		e.hub.publish("w:" + queue)
 	}
 	return &Run[Out]{WorkflowID: r.WorkflowID, RunID: r.RunID, Existing: existing, e: e}, nil
 }

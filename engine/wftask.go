@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/durable-go/durable/activity"
@@ -14,6 +15,9 @@ import (
 	"github.com/durable-go/durable/internal/wfexec"
 	"github.com/durable-go/durable/workflow"
 )
+
+// testHookWorkflowTask, set only by tests, observes workflow tasks.
+var testHookWorkflowTask atomic.Pointer[func(runID string, enter bool)]
 
 func (e *Engine) claimWorkflowTasks(ctx context.Context, queue string, n int) ([]store.WorkflowTask, error) {
 	return e.store.ClaimWorkflowTasks(ctx, store.ClaimParams{
@@ -25,6 +29,10 @@ func (e *Engine) claimWorkflowTasks(ctx context.Context, queue string, n int) ([
 // to date with history (from the cache, or by replay), takes the commands the
 // code produced and commits them, with all their effects, in one transaction.
 func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) {
+	if h := testHookWorkflowTask.Load(); h != nil {
+		(*h)(t.RunID, true)
+		defer (*h)(t.RunID, false)
+	}
 	attrs := []slog.Attr{slog.String("run_id", t.RunID), slog.String("workflow", t.WorkflowType)}
 	e.mu.RLock()
 	def := e.workflows[t.WorkflowType]
@@ -55,7 +63,8 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		e.failWorkflowTask(ctx, t, attrs, err)
 		return
 	}
-	if err := e.store.CommitWorkflowTask(ctx, commit); err != nil {
+	ready, err := e.store.CommitWorkflowTask(ctx, commit)
+	if err != nil {
 		x.Close()
 		if errors.Is(err, store.ErrLeaseLost) {
 			e.log.LogAttrs(ctx, slog.LevelWarn, "workflow task lease lost; its commit was refused", attrs...)
@@ -65,6 +74,7 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 			append(attrs, slog.String("error", err.Error()))...)
 		return
 	}
+	e.announce(ready)
 	if commit.Close != nil {
 		x.Close()
 		e.log.LogAttrs(ctx, slog.LevelDebug, "run closed", append(attrs, slog.String("status", commit.Close.Status))...)

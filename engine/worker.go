@@ -78,9 +78,10 @@ func (e *Engine) Run(ctx context.Context) error {
 // outlives ctx by the shutdown timeout.
 func pollLoop[T any](ctx, hard context.Context, e *Engine, kind, queue string, slots int,
 	claim func(ctx context.Context, queue string, n int) ([]T, error), work func(ctx context.Context, t T)) {
-	wake := e.hub.wake(kind[:1] + ":" + queue)
-	defer e.hub.unwake(kind[:1]+":"+queue, wake)
 	sem := make(chan struct{}, slots)
+	key := kind[:1] + ":" + queue
+	w := e.hub.wake(key, func() bool { return len(sem) < cap(sem) })
+	defer e.hub.unwake(key, w)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	errBackoff := 100 * time.Millisecond
@@ -138,7 +139,7 @@ func pollLoop[T any](ctx, hard context.Context, e *Engine, kind, queue string, s
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-wake:
+		case <-w.c:
 		case <-t.C:
 		}
 		t.Stop()

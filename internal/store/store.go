@@ -66,6 +66,25 @@ type CreateRunParams struct {
 	Queue        string
 	Input        json.RawMessage
 	Now          time.Time
+	// Notify makes the store announce the new task itself (with NOTIFY, at
+	// commit). The engine sets it when the write happens in a caller's
+	// transaction, whose commit it cannot see.
+	Notify bool
+}
+
+// Ready says what a write made ready, so the engine can wake the workers
+// concerned. Store writes do not notify by themselves (except as said):
+// Postgres serializes the commits of all transactions that NOTIFY, so the
+// engine batches notifications instead.
+type Ready struct {
+	// WorkflowQueues have a workflow task that became ready now.
+	WorkflowQueues []string
+	// ActivityQueues have an activity task that became ready now.
+	ActivityQueues []string
+	// ClosedRun is set when the write closed a run.
+	ClosedRun string
+	// TimerAt is the earliest timer the write created, if any.
+	TimerAt *time.Time
 }
 
 // ClaimParams are the inputs of the Claim methods.
@@ -223,11 +242,12 @@ type Store interface {
 	ClaimWorkflowTasks(ctx context.Context, in ClaimParams) ([]WorkflowTask, error)
 	// CommitWorkflowTask appends the task's events and applies its effects.
 	// It returns ErrLeaseLost if the claim token no longer holds.
-	CommitWorkflowTask(ctx context.Context, in CommitWorkflowTaskParams) error
+	CommitWorkflowTask(ctx context.Context, in CommitWorkflowTaskParams) (Ready, error)
 	// FailWorkflowTask releases the task for a later retry and keeps the error.
 	// It returns ErrLeaseLost if the claim token no longer holds.
 	FailWorkflowTask(ctx context.Context, in FailWorkflowTaskParams) error
-	// ReleaseWorkflowTasks gives back every workflow task the worker holds.
+	// ReleaseWorkflowTasks gives back every workflow task the worker holds,
+	// and notifies.
 	ReleaseWorkflowTasks(ctx context.Context, in ReleaseParams) error
 
 	// ClaimActivityTasks claims up to in.Limit ready activity tasks, raising
@@ -236,7 +256,7 @@ type Store interface {
 	// ResolveActivity deletes the task and appends its outcome to its run,
 	// making a workflow task ready. It returns ErrLeaseLost if the task is gone
 	// or was claimed again (a late duplicate completion).
-	ResolveActivity(ctx context.Context, in ResolveActivityParams) error
+	ResolveActivity(ctx context.Context, in ResolveActivityParams) (Ready, error)
 	// RetryActivity releases the task to be tried again at in.RunAfter.
 	// It returns ErrLeaseLost if the claim no longer holds.
 	RetryActivity(ctx context.Context, in RetryActivityParams) error
@@ -244,6 +264,6 @@ type Store interface {
 	// "activity") on the queue becomes ready, or ok false if there is none.
 	NextDue(ctx context.Context, kind, queue string) (t time.Time, ok bool, err error)
 	// ReleaseActivityTasks gives back, without spending an attempt, the
-	// activity tasks the worker holds.
+	// activity tasks the worker holds, and notifies.
 	ReleaseActivityTasks(ctx context.Context, in ReleaseParams) error
 }

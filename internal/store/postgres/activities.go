@@ -73,25 +73,32 @@ WITH task AS (
     ON CONFLICT (run_id) DO NOTHING
     RETURNING queue
 )
-SELECT (SELECT count(*) FROM task), (SELECT count(pg_notify('durable', 'w:' || queue)) FROM wt)`
+SELECT (SELECT count(*) FROM task), (SELECT queue FROM wt)`
 
 // ResolveActivity implements store.Store.
-func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) error {
+func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) (store.Ready, error) {
+	var ready store.Ready
 	attrs, err := history.Encode(in.Event)
 	if err != nil {
-		return fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)
+		return ready, fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)
 	}
-	var deleted, notes int
+	var (
+		deleted int
+		queue   *string
+	)
 	err = s.db.QueryRow(ctx, resolveActivitySQL, pgx.NamedArgs{
 		"id": in.TaskID, "attempt": in.Attempt, "now": in.Now, "type": in.Event.EventType(), "attrs": string(attrs),
-	}).Scan(&deleted, &notes)
+	}).Scan(&deleted, &queue)
 	if err != nil {
-		return fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)
+		return ready, fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)
 	}
 	if deleted == 0 {
-		return store.ErrLeaseLost
+		return ready, store.ErrLeaseLost
 	}
-	return nil
+	if queue != nil {
+		ready.WorkflowQueues = []string{*queue}
+	}
+	return ready, nil
 }
 
 const retryActivitySQL = `

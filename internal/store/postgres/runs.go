@@ -25,7 +25,7 @@ WITH run AS (
     INSERT INTO durable_workflow_tasks (run_id, queue, run_after)
     SELECT run_id, queue, @now FROM run
 )
-SELECT count(pg_notify('durable', 'w:' || queue)) FROM run`
+SELECT count(*), count(CASE WHEN @notify THEN pg_notify('durable', 'w:' || queue) END) FROM run`
 
 // CreateRun implements store.Store.
 func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
@@ -40,8 +40,9 @@ func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.
 	if err != nil {
 		return store.Run{}, err
 	}
-	var n int
+	var n, notes int
 	err = s.db.QueryRow(ctx, createRunSQL, pgx.NamedArgs{
+		"notify":        in.Notify,
 		"run_id":        in.RunID,
 		"workflow_id":   in.WorkflowID,
 		"workflow_type": in.WorkflowType,
@@ -50,7 +51,7 @@ func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.
 		"now":           in.Now,
 		"event_type":    started.EventType(),
 		"event":         string(attrs),
-	}).Scan(&n)
+	}).Scan(&n, &notes)
 	if err != nil {
 		return store.Run{}, fmt.Errorf("create run: %w", translate(err))
 	}

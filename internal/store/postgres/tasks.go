@@ -99,19 +99,18 @@ WITH lock AS (
     FROM run
     WHERE t.run_id = run.run_id AND @close_status::text IS NULL AND run.first_id <> @processed + 1
     RETURNING t.queue
-), notes AS (
-    SELECT DISTINCT 'a:' || queue AS note FROM acts WHERE run_after <= @now
-    UNION SELECT 'w:' || queue FROM rel
-    UNION SELECT 'c:' || run_id::text FROM run WHERE @close_status::text IS NOT NULL
-    UNION SELECT 't:' FROM tmr
 )
-SELECT (SELECT count(*) FROM run), (SELECT count(pg_notify('durable', note)) FROM notes)`
+SELECT (SELECT count(*) FROM run),
+    (SELECT array_agg(DISTINCT queue) FROM acts WHERE run_after <= @now),
+    (SELECT queue FROM rel),
+    (SELECT min(fire_at) FROM tmr)`
 
 // CommitWorkflowTask implements store.Store.
-func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowTaskParams) error {
+func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowTaskParams) (store.Ready, error) {
+	var ready store.Ready
 	types, attrs, err := encodeEvents(in.Events)
 	if err != nil {
-		return fmt.Errorf("commit workflow task of run %s: %w", in.RunID, err)
+		return ready, fmt.Errorf("commit workflow task of run %s: %w", in.RunID, err)
 	}
 	args := pgx.NamedArgs{
 		"run_id":    in.RunID,
@@ -134,7 +133,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 		if c.Failure != nil {
 			b, err := json.Marshal(c.Failure)
 			if err != nil {
-				return fmt.Errorf("commit workflow task of run %s: encode failure: %w", in.RunID, err)
+				return ready, fmt.Errorf("commit workflow task of run %s: encode failure: %w", in.RunID, err)
 			}
 			args["failure"] = string(b)
 		}
@@ -154,14 +153,24 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 	}
 	args["timer_seq"], args["timer_at"] = tseq, tat
 
-	var ok, notes int
-	if err := s.db.QueryRow(ctx, commitWorkflowTaskSQL, args).Scan(&ok, &notes); err != nil {
-		return fmt.Errorf("commit workflow task of run %s: %w", in.RunID, translate(err))
+	var (
+		ok       int
+		released *string
+	)
+	err = s.db.QueryRow(ctx, commitWorkflowTaskSQL, args).Scan(&ok, &ready.ActivityQueues, &released, &ready.TimerAt)
+	if err != nil {
+		return ready, fmt.Errorf("commit workflow task of run %s: %w", in.RunID, translate(err))
 	}
 	if ok == 0 {
-		return store.ErrLeaseLost
+		return ready, store.ErrLeaseLost
 	}
-	return nil
+	if released != nil {
+		ready.WorkflowQueues = []string{*released}
+	}
+	if in.Close != nil {
+		ready.ClosedRun = in.RunID
+	}
+	return ready, nil
 }
 
 const failWorkflowTaskSQL = `
