@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -75,9 +76,10 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		return
 	}
 	e.announce(ready)
-	if commit.Close != nil {
+	if commit.Close != nil || x.OnlyTimers() {
+		// A closed run is done; a run that only sleeps holds nothing in
+		// memory while it waits, and is rebuilt by replay when it wakes.
 		x.Close()
-		e.log.LogAttrs(ctx, slog.LevelDebug, "run closed", append(attrs, slog.String("status", commit.Close.Status))...)
 		return
 	}
 	e.cache.put(t.RunID, x)
@@ -140,6 +142,11 @@ func (e *Engine) commitParams(t store.WorkflowTask, processed int64, cmds []hist
 		case history.WorkflowFailed:
 			p.Close = &store.CloseRun{Status: store.StatusFailed, Failure: &c.Failure}
 		}
+	}
+	// A timer started and canceled in the same task never gets a row: the
+	// commit's insert and delete cannot see each other.
+	if len(p.CanceledTimers) > 0 && len(p.Timers) > 0 {
+		p.Timers = slices.DeleteFunc(p.Timers, func(t store.NewTimer) bool { return slices.Contains(p.CanceledTimers, t.Seq) })
 	}
 	return p, nil
 }

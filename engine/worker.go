@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/timer"
 )
 
 // Run runs this engine's workers until ctx is done: for each queue in
@@ -32,6 +33,30 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer cancelHard()
 
 	var wg sync.WaitGroup
+	scanner := timer.NewScanner(e.store, timer.Options{
+		NowFunc: e.opts.NowFunc, PollInterval: e.opts.PollInterval, Logger: e.log,
+		OnFire: func(f timer.Fired) {
+			e.announce(store.Ready{WorkflowQueues: f.Queues})
+		},
+	})
+	tw := e.hub.wake("t:", func() bool { return true })
+	defer e.hub.unwake("t:", tw)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		scanner.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tw.c:
+				scanner.Wake()
+			}
+		}
+	}()
 	for queue, qo := range e.opts.Queues {
 		wg.Add(2)
 		go func() {

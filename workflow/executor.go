@@ -29,6 +29,7 @@ type executor struct {
 	pending  []*command         // produced by code, not yet seen in history, in order
 	futures  map[int64]*future  // open activity and timer futures, by seq
 	recorded map[int64]json.RawMessage // side-effect values found in history, by seq
+	canceled map[int64]bool            // timers canceled by the code; a late TimerFired is ignored
 
 	now          time.Time
 	replaying    bool
@@ -49,7 +50,7 @@ func newExecutor(o wfexec.Options) *executor {
 	if !ok {
 		panic(fmt.Sprintf("wfexec: Func has type %T", o.Func))
 	}
-	x := &executor{opts: o, fn: fn, futures: map[int64]*future{}, recorded: map[int64]json.RawMessage{}}
+	x := &executor{opts: o, fn: fn, futures: map[int64]*future{}, recorded: map[int64]json.RawMessage{}, canceled: map[int64]bool{}}
 	base := o.Logger
 	if base == nil {
 		base = slog.Default()
@@ -60,6 +61,18 @@ func newExecutor(o wfexec.Options) *executor {
 }
 
 func (x *executor) LastEventID() int64 { return x.lastEventID }
+
+// OnlyTimers reports whether every open future of the run is a timer (or
+// there are none): the run waits for time or for a signal, and nothing is
+// lost by dropping it from memory.
+func (x *executor) OnlyTimers() bool {
+	for _, f := range x.futures {
+		if f.name != "timer" {
+			return false
+		}
+	}
+	return true
+}
 
 func (x *executor) Close() { x.d.close() }
 
@@ -119,6 +132,11 @@ func (x *executor) apply(ev history.Event) error {
 		}
 		f.settle(nil, &ActivityError{Activity: f.name, Message: a.Failure.Message, Class: a.Failure.Class, Attempts: a.Failure.Attempts})
 	case history.TimerFired:
+		if x.canceled[a.Seq] {
+			// Fired before the cancellation committed; the code has moved on.
+			delete(x.canceled, a.Seq)
+			return nil
+		}
 		f, err := x.future(ev, a.Seq)
 		if err != nil {
 			return err

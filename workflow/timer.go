@@ -1,26 +1,61 @@
 package workflow
 
 import (
+	"errors"
 	"time"
 
 	"github.com/durable-go/durable/history"
 )
 
-// NewTimer starts a durable timer that fires after d, by the workflow's clock,
-// and returns a future that is ready when it fires. The timer is a row in the
-// database: while the run waits, no worker, goroutine or memory is held for it.
-// A timer of zero or negative duration is ready at once.
-func NewTimer(ctx Context, d time.Duration) Future[struct{}] {
+// ErrCanceled is the error of a future whose operation was canceled.
+var ErrCanceled = errors.New("canceled")
+
+// Timer is a durable timer. It is a Future that becomes ready when the timer
+// fires, or fails with ErrCanceled when it is canceled first.
+type Timer struct {
+	typedFuture[struct{}]
+	x   *executor
+	seq int64
+}
+
+// NewTimer starts a durable timer that fires after d, by the workflow's clock.
+// The timer is a row in the database: while the run waits, no worker,
+// goroutine or memory is held for it. A timer of zero or negative duration is
+// ready at once.
+//
+// Use it in a Selector for "this, or a deadline":
+//
+//	timeout := workflow.NewTimer(ctx, time.Hour)
+//	reply := workflow.ExecuteActivity(ctx, AskApprover, req)
+//	workflow.NewSelector(ctx).
+//		AddFuture(reply, func() { ... }).
+//		AddFuture(timeout, func() { ... }).
+//		Select(ctx)
+//	timeout.Cancel()
+func NewTimer(ctx Context, d time.Duration) *Timer {
 	x := ctx.exec()
-	f := &future{name: "timer"}
+	t := &Timer{typedFuture: typedFuture[struct{}]{&future{name: "timer"}}, x: x}
 	if d <= 0 {
-		f.settle(nil, nil)
-		return typedFuture[struct{}]{f}
+		t.f.settle(nil, nil)
+		return t
 	}
-	seq := x.nextSeq()
-	x.futures[seq] = f
-	x.command(history.TimerStarted{Seq: seq, FireAt: x.now.Add(d)})
-	return typedFuture[struct{}]{f}
+	t.seq = x.nextSeq()
+	x.futures[t.seq] = t.f
+	x.command(history.TimerStarted{Seq: t.seq, FireAt: x.now.Add(d)})
+	return t
+}
+
+// Cancel cancels the timer if it has not fired: the cancellation is
+// recorded in history, the timer's row is removed, and the future fails with
+// ErrCanceled. Canceling a fired or canceled timer does nothing.
+func (t *Timer) Cancel() {
+	if t.f.ready {
+		return
+	}
+	delete(t.x.futures, t.seq)
+	t.x.canceled[t.seq] = true
+	t.x.command(history.TimerCanceled{Seq: t.seq})
+	t.f.settle(nil, ErrCanceled)
 }
 
 // Sleep blocks the calling coroutine for d, durably: the run may be evicted

@@ -44,6 +44,9 @@ type Executor interface {
 	TakeCommands() []history.Attributes
 	// LastEventID is the ID of the last applied event.
 	LastEventID() int64
+	// OnlyTimers reports whether the run waits on nothing but timers (or
+	// on nothing the engine sends), so it may as well leave memory.
+	OnlyTimers() bool
 	// Close stops the run's coroutines.
 	Close()
 }

@@ -89,7 +89,11 @@ WITH lock AS (
     RETURNING fire_at
 ), ctm AS (
     DELETE FROM durable_timers d USING run
-    WHERE d.run_id = run.run_id AND d.seq = ANY(@canceled::bigint[])
+    WHERE d.run_id = run.run_id AND (d.seq = ANY(@canceled::bigint[]) OR @close_status::text IS NOT NULL)
+), cact AS (
+    -- A closed run's pending activities have no one left to report to.
+    DELETE FROM durable_activity_tasks a USING run
+    WHERE a.run_id = run.run_id AND @close_status::text IS NOT NULL
 ), del AS (
     DELETE FROM durable_workflow_tasks t USING run
     WHERE t.run_id = run.run_id AND (@close_status::text IS NOT NULL OR run.first_id = @processed + 1)
