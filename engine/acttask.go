@@ -79,7 +79,9 @@ type panicError struct {
 	stack string
 }
 
-func (p *panicError) Error() string { return fmt.Sprintf("activity panicked: %v\n%s", p.value, p.stack) }
+func (p *panicError) Error() string {
+	return fmt.Sprintf("activity panicked: %v\n%s", p.value, p.stack)
+}
 
 type timeoutError struct {
 	err error

@@ -25,9 +25,9 @@ type executor struct {
 	fn   func(Context, json.RawMessage) (json.RawMessage, error)
 	d    dispatcher
 
-	seq      int64              // last command sequence number handed out
-	pending  []*command         // produced by code, not yet seen in history, in order
-	futures  map[int64]*future  // open activity and timer futures, by seq
+	seq      int64                     // last command sequence number handed out
+	pending  []*command                // produced by code, not yet seen in history, in order
+	futures  map[int64]*future         // open activity and timer futures, by seq
 	recorded map[int64]json.RawMessage // side-effect values found in history, by seq
 	canceled map[int64]bool            // timers canceled by the code; a late TimerFired is ignored
 
