@@ -99,7 +99,8 @@ WITH lock AS (
     WHERE t.run_id = run.run_id AND (@close_status::text IS NOT NULL OR run.first_id = @processed + 1)
 ), rel AS (
     UPDATE durable_workflow_tasks t
-    SET locked_by = NULL, locked_until = NULL, run_after = @now, attempts = 0, last_error = NULL
+    SET locked_by = NULL, locked_until = NULL, run_after = @now, attempts = 0, last_error = NULL,
+        token = t.token + 1 -- this claim is done: its token must not write again
     FROM run
     WHERE t.run_id = run.run_id AND @close_status::text IS NULL AND run.first_id <> @processed + 1
     RETURNING t.queue
@@ -179,7 +180,8 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 
 const failWorkflowTaskSQL = `
 UPDATE durable_workflow_tasks
-SET locked_by = NULL, locked_until = NULL, run_after = @run_after, attempts = attempts + 1, last_error = @error
+SET locked_by = NULL, locked_until = NULL, run_after = @run_after, attempts = attempts + 1, last_error = @error,
+    token = token + 1
 WHERE run_id = @run_id AND token = @token`
 
 // FailWorkflowTask implements store.Store.
@@ -199,7 +201,7 @@ func (s *Store) FailWorkflowTask(ctx context.Context, in store.FailWorkflowTaskP
 const releaseWorkflowTasksSQL = `
 WITH rel AS (
     UPDATE durable_workflow_tasks
-    SET locked_by = NULL, locked_until = NULL, run_after = @now
+    SET locked_by = NULL, locked_until = NULL, run_after = @now, token = token + 1
     WHERE locked_by = @worker
     RETURNING queue
 )

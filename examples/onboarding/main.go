@@ -1,0 +1,140 @@
+// Command onboarding runs the seed article's onboarding workflow against
+// PostgreSQL: charge the card, provision the account, send the welcome email,
+// sleep a week (durably), check that setup was completed and nudge if not.
+//
+//	go run ./examples/onboarding -week 3s
+//
+// Stop it with Ctrl-C while it sleeps and run it again with the same -email:
+// the same run resumes, and no completed step runs again.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/durable-go/durable/activity"
+	"github.com/durable-go/durable/engine"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "onboarding:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("onboarding", flag.ContinueOnError)
+	fs.SetOutput(out)
+	db := fs.String("db", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"), "PostgreSQL URL")
+	week := fs.Duration("week", 7*24*time.Hour, "how long a week lasts: the wait before the setup check")
+	email := fs.String("email", "ada@example.com", "the customer's email; it names the workflow")
+	completed := fs.Bool("completed", false, "whether the customer completes setup during the week")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	svc.out, svc.setupCompleted = out, *completed
+
+	pool, err := pgxpool.New(ctx, *db)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	eng, err := engine.New(pool, engine.Options{
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		PollInterval: time.Second,
+	})
+	if err != nil {
+		return err
+	}
+	if err := register(eng); err != nil {
+		return err
+	}
+	runCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	engineDone := make(chan error, 1)
+	go func() { engineDone <- eng.Run(runCtx) }()
+	defer func() {
+		stopEngine()
+		<-engineDone
+	}()
+
+	in := OnboardInput{Email: *email, PaymentMethod: "card_4242", Cents: 4900, SetupGrace: *week}
+	r, err := engine.Start(ctx, eng, Onboard, in, engine.StartOptions{ID: "onboard:" + *email})
+	if err != nil {
+		return err
+	}
+	if r.Existing {
+		fmt.Fprintf(out, "resuming workflow %s (run %s)\n", r.WorkflowID, r.RunID)
+	} else {
+		fmt.Fprintf(out, "started workflow %s (run %s)\n", r.WorkflowID, r.RunID)
+	}
+
+	// Wait for the result, saying what the run is doing now and then.
+	resc := make(chan error, 1)
+	var res OnboardResult
+	go func() {
+		var err error
+		res, err = r.Result(ctx)
+		resc <- err
+	}()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-resc:
+			if errors.Is(err, context.Canceled) {
+				fmt.Fprintf(out, "stopped; run again with -email %s to resume\n", *email)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "done: account %s, payment %s, nudged %v\n", res.AccountID, res.PaymentID, res.Nudged)
+			return nil
+		case <-tick.C:
+			if line := status(ctx, pool, r.RunID); line != "" {
+				fmt.Fprintln(out, line)
+			}
+		}
+	}
+}
+
+func register(eng *engine.Engine) error {
+	return errors.Join(
+		engine.RegisterWorkflow(eng, Onboard, engine.WorkflowOptions{}),
+		engine.RegisterActivity(eng, ChargeCard, activity.Options{Retry: activity.RetryPolicy{MaximumAttempts: 5}}),
+		engine.RegisterActivity(eng, ProvisionAccount, activity.Options{}),
+		engine.RegisterActivity(eng, SendWelcomeEmail, activity.Options{}),
+		engine.RegisterActivity(eng, HasCompletedSetup, activity.Options{}),
+		engine.RegisterActivity(eng, SendNudgeEmail, activity.Options{}),
+	)
+}
+
+// status describes a waiting run: the timer it sleeps on, if any.
+func status(ctx context.Context, pool *pgxpool.Pool, runID string) string {
+	var fireAt time.Time
+	err := pool.QueryRow(ctx, `SELECT fire_at FROM durable_timers WHERE run_id = $1 ORDER BY fire_at LIMIT 1`, runID).Scan(&fireAt)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("  ... sleeping durably, %s left (no goroutine is waiting; Ctrl-C and run again to resume)",
+		time.Until(fireAt).Round(time.Second))
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/durabletest"
+	"github.com/durable-go/durable/engine"
+	"github.com/durable-go/durable/internal/pgtest"
+)
+
+// The tests share the example's stand-in services (svc), so they run one
+// after another rather than in parallel.
+
+// syncBuffer is a bytes.Buffer safe for the activities' concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestOnboardingWeekUnderTestEnv(t *testing.T) { //nolint:paralleltest // shares svc
+	for _, tt := range []struct {
+		name      string
+		completed bool
+		wantNudge bool
+		wantSteps []string
+	}{
+		{"setup completed", true, false, []string{"ChargeCard", "ProvisionAccount", "SendWelcomeEmail", "HasCompletedSetup"}},
+		{"setup not completed", false, true, []string{"ChargeCard", "ProvisionAccount", "SendWelcomeEmail", "HasCompletedSetup", "SendNudgeEmail"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out := &syncBuffer{}
+			svc.out, svc.setupCompleted = out, tt.completed
+			env := durabletest.New(t, durabletest.Options{})
+			require.NoError(t, register(env.Engine))
+			env.Run()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+
+			start := env.Clock.Now()
+			wall := time.Now()
+			r, err := engine.Start(ctx, env.Engine, Onboard, OnboardInput{Email: "ada@example.com", PaymentMethod: "card_4242", Cents: 4900}, engine.StartOptions{ID: "onboard:ada"})
+			require.NoError(t, err)
+			res, err := r.Result(ctx)
+			require.NoError(t, err)
+			took := time.Since(wall)
+
+			require.Equal(t, tt.wantNudge, res.Nudged)
+			require.Regexp(t, `^acct_[0-9a-f]{8}$`, res.AccountID)
+			require.Regexp(t, `^pay_[0-9a-f]{8}$`, res.PaymentID)
+			require.Equal(t, tt.wantSteps, steps(out.String()))
+			require.GreaterOrEqual(t, env.Clock.Now().Sub(start), 7*24*time.Hour, "a week passed on the engine's clock")
+			require.Less(t, took, 5*time.Second, "the week is skipped, not waited")
+			t.Logf("a simulated week took %s of wall time", took)
+		})
+	}
+}
+
+// steps lists the activities named in the example's output, in order.
+func steps(out string) []string {
+	var s []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && !strings.HasPrefix(line, "started") && !strings.HasPrefix(line, "done") && !strings.HasPrefix(f[0], "...") {
+			s = append(s, f[0])
+		}
+	}
+	return s
+}
+
+func TestOnboardingProgramEndToEnd(t *testing.T) { //nolint:paralleltest // shares svc
+	url := pgtest.Database(t)
+	out := &syncBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	require.NoError(t, run(ctx, []string{"-db", url, "-week", "300ms", "-email", "grace@example.com"}, out))
+	got := out.String()
+	require.Contains(t, got, "started workflow onboard:grace@example.com")
+	require.Equal(t, []string{"ChargeCard", "ProvisionAccount", "SendWelcomeEmail", "HasCompletedSetup", "SendNudgeEmail"}, steps(got))
+	require.Regexp(t, regexp.MustCompile(`done: account acct_[0-9a-f]{8}, payment pay_[0-9a-f]{8}, nudged true`), got)
+
+	// The run is recorded: completed, with its whole history.
+	pool := newPool(t, url)
+	var status string
+	var events int
+	require.NoError(t, pool.QueryRow(ctx, `
+		SELECT r.status, (SELECT count(*) FROM durable_events e WHERE e.run_id = r.run_id)
+		FROM durable_runs r WHERE r.workflow_id = 'onboard:grace@example.com'`).Scan(&status, &events))
+	require.Equal(t, "completed", status)
+	require.Equal(t, 1+5*2+2+1, events, "started, five activities scheduled and completed, timer started and fired, completed")
+}
+
+func newPool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}

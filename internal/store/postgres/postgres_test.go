@@ -1,0 +1,131 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/store/postgres"
+	"github.com/durable-go/durable/internal/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestStore(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) store.Store { return postgres.New(pgtest.Pool(t)) })
+}
+
+func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
+	t.Parallel()
+	var all []int
+	for _, m := range postgres.Migrations() {
+		all = append(all, m.Version)
+	}
+	tests := []struct {
+		name string
+		// database returns a pool on the database to migrate.
+		database func(t *testing.T) *pgxpool.Pool
+		// want is what the concurrent migrations apply between them.
+		want []int
+	}{
+		{"Empty", emptyDatabase, all},
+		{"Migrated", func(t *testing.T) *pgxpool.Pool { return pgtest.Pool(t) }, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool := tt.database(t)
+
+			var (
+				wg      sync.WaitGroup
+				mu      sync.Mutex
+				applied []int
+				errs    []error
+			)
+			for range 4 {
+				wg.Go(func() {
+					vs, err := postgres.Migrate(ctx, pool)
+					mu.Lock()
+					defer mu.Unlock()
+					applied = append(applied, vs...)
+					errs = append(errs, err)
+				})
+			}
+			wg.Wait()
+			require.NoError(t, errors.Join(errs...))
+			slices.Sort(applied)
+			require.Equal(t, tt.want, applied, "each missing migration is applied once, by one of the callers")
+
+			v, err := postgres.CurrentVersion(ctx, pool)
+			require.NoError(t, err)
+			require.Equal(t, postgres.SchemaVersion(), v)
+			var rows int
+			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM durable_schema_migrations").Scan(&rows))
+			require.Equal(t, len(all), rows)
+
+			again, err := postgres.Migrate(ctx, pool)
+			require.NoError(t, err)
+			require.Empty(t, again, "a current schema needs nothing")
+		})
+	}
+}
+
+// emptyDatabase creates a database with no schema at all, and returns a pool
+// on it. The database is dropped in t.Cleanup, or kept if the test failed.
+func emptyDatabase(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, pgtest.URL())
+	require.NoError(t, err)
+	defer admin.Close(context.Background())
+
+	name := fmt.Sprintf("durable_empty_%d_%d", os.Getpid(), time.Now().UnixNano())
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+name)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kept database of failed test: %s", name)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, pgtest.URL())
+		if err != nil {
+			t.Errorf("drop %s: %v", name, err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop %s: %v", name, err)
+		}
+	})
+
+	cfg, err := pgxpool.ParseConfig(pgtest.URL())
+	require.NoError(t, err)
+	cfg.ConnConfig.Database = name
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	v, err := postgres.CurrentVersion(ctx, pool)
+	require.NoError(t, err)
+	require.Zero(t, v, "a new database has no schema")
+	return pool
+}

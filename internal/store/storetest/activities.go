@@ -1,0 +1,231 @@
+package storetest
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/store"
+)
+
+func testActivityClaimRaisesAttempt(t *testing.T, b *bundle) {
+	run := b.runWithActivities(t, "order-1", 1, 5)
+
+	first := b.claimOneActivity(t, b.now)
+	require.Equal(t, run.RunID, first.RunID)
+	require.Equal(t, 1, first.Attempt)
+	require.Equal(t, 5, first.MaxAttempts)
+	requireTime(t, b.now.Add(actLease), first.LockedUntil, "LockedUntil")
+
+	require.Empty(t, b.claimActivity(t, "worker-2", 10, b.now.Add(actLease-time.Second)), "the lease holds")
+	later := b.now.Add(actLease + time.Second)
+	second := b.claimActivity(t, "worker-2", 10, later)
+	require.Len(t, second, 1, "the lease ran out")
+	require.Equal(t, first.ID, second[0].ID)
+	require.Equal(t, 2, second[0].Attempt)
+	require.Equal(t, 5, second[0].MaxAttempts, "claims do not touch the budget")
+	requireTime(t, later.Add(actLease), second[0].LockedUntil, "LockedUntil")
+
+	require.Equal(t, int64(2), b.getRun(t, run.RunID).LastEventID, "claims append no events")
+}
+
+func testResolveActivityAppendsEventAndReadiesWorkflowTask(t *testing.T, b *bundle) {
+	run := b.runWithActivities(t, "order-1", 2, 0)
+	acts := b.claimActivity(t, worker, 10, b.now)
+	require.Len(t, acts, 2)
+	require.Empty(t, b.claimWorkflow(t, wfQueue, worker, 10, b.now), "no workflow task before a completion")
+
+	now := b.now.Add(time.Second)
+	ready, err := b.s.ResolveActivity(b.ctx, completion(acts[0], now))
+	require.NoError(t, err)
+	require.Equal(t, store.Ready{WorkflowQueues: []string{wfQueue}}, ready)
+	events := b.events(t, run.RunID)
+	require.Len(t, events, 4)
+	require.Equal(t, int64(4), events[3].ID)
+	requireTime(t, now, events[3].Time, "time of the completion")
+	done, ok := events[3].Attributes.(history.ActivityCompleted)
+	require.True(t, ok, "event 4 is %T, want ActivityCompleted", events[3].Attributes)
+	require.Equal(t, acts[0].Seq, done.Seq)
+	require.Equal(t, 1, done.Attempt)
+	require.JSONEq(t, `"ok"`, string(done.Result))
+	got := b.getRun(t, run.RunID)
+	require.Equal(t, int64(4), got.LastEventID)
+	requireTime(t, now, got.UpdatedAt, "UpdatedAt")
+
+	failure := history.Failure{Message: "card declined", Class: "permanent", Attempts: 1}
+	require.NoError(t, b.resolve(store.ResolveActivityParams{
+		TaskID: acts[1].ID, Attempt: acts[1].Attempt, Now: now,
+		Event: history.ActivityFailed{Seq: acts[1].Seq, Failure: failure},
+	}), "a failure resolves the activity too")
+	events = b.events(t, run.RunID)
+	require.Equal(t, []string{
+		"workflow_started", "activity_scheduled", "activity_scheduled", "activity_completed", "activity_failed",
+	}, eventTypes(events))
+	require.Equal(t, history.ActivityFailed{Seq: acts[1].Seq, Failure: failure}, events[4].Attributes)
+
+	task := b.claimOneWorkflow(t, wfQueue, now)
+	require.Equal(t, run.RunID, task.RunID, "two completions make one workflow task")
+	require.Equal(t, int64(1), task.ProcessedEventID)
+	require.Empty(t, b.claimActivity(t, worker, 10, now.Add(time.Hour)), "resolved tasks are gone")
+}
+
+// testCloseDropsPendingActivities closes a run while one of its activities
+// runs and another waits: the waiting one is never handed out, and the
+// running one's late completion is refused and appends nothing.
+func testCloseDropsPendingActivities(t *testing.T, b *bundle) {
+	run := b.runWithActivities(t, "order-1", 3, 0)
+	acts := b.claimActivity(t, worker, 2, b.now)
+	require.Len(t, acts, 2)
+	require.NoError(t, b.resolve(completion(acts[0], b.now)))
+	b.closeRun(t, run, b.now)
+	events := b.events(t, run.RunID)
+
+	require.Empty(t, b.claimActivity(t, worker, 10, b.now.Add(time.Hour)),
+		"the closed run's waiting activity is not handed out, nor its running one again")
+	err := b.resolve(completion(acts[1], b.now.Add(time.Second)))
+	if !errors.Is(err, store.ErrRunClosed) {
+		require.ErrorIs(t, err, store.ErrLeaseLost, "a completion for a closed run is refused")
+	}
+	require.Equal(t, events, b.events(t, run.RunID), "a closed run's history does not grow")
+	got := b.getRun(t, run.RunID)
+	require.Equal(t, store.StatusCompleted, got.Status)
+	require.Equal(t, int64(len(events)), got.LastEventID)
+	require.Empty(t, b.claimWorkflow(t, wfQueue, worker, 10, b.now.Add(time.Hour)), "a closed run gets no workflow task")
+}
+
+func testDuplicateCompletionIsIgnored(t *testing.T, b *bundle) {
+	run := b.runWithActivities(t, "order-1", 1, 0)
+	a := b.claimOneActivity(t, b.now)
+
+	require.NoError(t, b.resolve(completion(a, b.now)))
+	require.ErrorIs(t, b.resolve(completion(a, b.now.Add(time.Second))), store.ErrLeaseLost)
+	require.ErrorIs(t, b.s.RetryActivity(b.ctx, store.RetryActivityParams{
+		TaskID: a.ID, Attempt: a.Attempt, RunAfter: b.now, Error: "late", Now: b.now,
+	}), store.ErrLeaseLost, "a resolved task cannot be retried")
+
+	require.Equal(t, []string{"workflow_started", "activity_scheduled", "activity_completed"}, eventTypes(b.events(t, run.RunID)))
+	require.Equal(t, int64(3), b.getRun(t, run.RunID).LastEventID)
+	require.Len(t, b.claimWorkflow(t, wfQueue, worker, 10, b.now.Add(time.Second)), 1)
+	require.Empty(t, b.claimActivity(t, worker, 10, b.now.Add(time.Hour)), "the retry did not bring the task back")
+}
+
+func testStaleAttemptCompletionIsRejected(t *testing.T, b *bundle) {
+	run := b.runWithActivities(t, "order-1", 1, 0)
+	first := b.claimOneActivity(t, b.now)
+	later := b.now.Add(actLease + time.Second)
+	second := b.claimOneActivity(t, later)
+	require.Equal(t, first.ID, second.ID)
+
+	require.ErrorIs(t, b.resolve(completion(first, later)), store.ErrLeaseLost)
+	require.ErrorIs(t, b.s.RetryActivity(b.ctx, store.RetryActivityParams{
+		TaskID: first.ID, Attempt: first.Attempt, RunAfter: later, Error: "stale", Now: later,
+	}), store.ErrLeaseLost)
+	require.Equal(t, []string{"workflow_started", "activity_scheduled"}, eventTypes(b.events(t, run.RunID)),
+		"the stale attempt appended nothing")
+	require.Empty(t, b.claimWorkflow(t, wfQueue, worker, 10, later), "the stale attempt readied no workflow task")
+	require.Empty(t, b.claimActivity(t, worker, 10, later), "the stale retry did not release the current claim")
+
+	require.NoError(t, b.resolve(completion(second, later)), "the current attempt still resolves")
+	events := b.events(t, run.RunID)
+	require.Len(t, events, 3)
+	done, ok := events[2].Attributes.(history.ActivityCompleted)
+	require.True(t, ok)
+	require.Equal(t, 2, done.Attempt)
+}
+
+func testRetryActivityDelaysTask(t *testing.T, b *bundle) {
+	run := b.runWithActivities(t, "order-1", 1, 5)
+	first := b.claimOneActivity(t, b.now)
+
+	retryAt := b.now.Add(time.Minute)
+	require.NoError(t, b.s.RetryActivity(b.ctx, store.RetryActivityParams{
+		TaskID: first.ID, Attempt: first.Attempt, RunAfter: retryAt, Error: "connection reset", Now: b.now.Add(time.Second),
+	}))
+	require.Empty(t, b.claimActivity(t, worker, 10, retryAt.Add(-time.Microsecond)), "the task waits for RunAfter")
+
+	second := b.claimOneActivity(t, retryAt)
+	require.Equal(t, first.ID, second.ID)
+	require.Equal(t, 2, second.Attempt)
+	require.Equal(t, 5, second.MaxAttempts)
+	require.Zero(t, second.RateLimited)
+	require.Equal(t, "connection reset", second.LastError)
+	requireTime(t, retryAt.Add(actLease), second.LockedUntil, "LockedUntil")
+
+	require.Equal(t, []string{"workflow_started", "activity_scheduled"}, eventTypes(b.events(t, run.RunID)),
+		"a retry appends nothing")
+	require.Empty(t, b.claimWorkflow(t, wfQueue, worker, 10, retryAt), "a retry readies no workflow task")
+}
+
+func testRateLimitedRetryRefundsAttempt(t *testing.T, b *bundle) {
+	b.runWithActivities(t, "order-1", 1, 3)
+	b.runWithActivities(t, "order-2", 1, 0)
+
+	// claim claims both tasks, keyed by workflow ID.
+	claim := func(now time.Time) map[string]store.ActivityTask {
+		t.Helper()
+		byRun := map[string]store.ActivityTask{}
+		for _, a := range b.claimActivity(t, worker, 10, now) {
+			byRun[a.WorkflowID] = a
+		}
+		require.Len(t, byRun, 2)
+		return byRun
+	}
+	retry := func(a store.ActivityTask, now time.Time, rateLimited bool) {
+		t.Helper()
+		require.NoError(t, b.s.RetryActivity(b.ctx, store.RetryActivityParams{
+			TaskID: a.ID, Attempt: a.Attempt, RunAfter: now, Error: "429 after " + strconv.Itoa(a.Attempt),
+			RateLimited: rateLimited, Now: now,
+		}))
+	}
+
+	now := b.now
+	got := claim(now)
+	require.Equal(t, 3, got["order-1"].MaxAttempts)
+	for _, a := range got {
+		retry(a, now.Add(time.Second), true)
+	}
+	now = now.Add(time.Second)
+	got = claim(now)
+	require.Equal(t, 2, got["order-1"].Attempt)
+	require.Equal(t, 4, got["order-1"].MaxAttempts, "a rate-limited retry gives its attempt back")
+	require.Equal(t, 1, got["order-1"].RateLimited)
+	require.Zero(t, got["order-2"].MaxAttempts, "an unlimited budget stays unlimited")
+	require.Equal(t, 1, got["order-2"].RateLimited)
+
+	for _, a := range got {
+		retry(a, now.Add(time.Second), false)
+	}
+	now = now.Add(time.Second)
+	got = claim(now)
+	require.Equal(t, 3, got["order-1"].Attempt)
+	require.Equal(t, 4, got["order-1"].MaxAttempts, "an ordinary retry spends its attempt")
+	require.Equal(t, 1, got["order-1"].RateLimited, "an ordinary retry is not counted as rate-limited")
+	require.Zero(t, got["order-2"].MaxAttempts)
+	require.Equal(t, 1, got["order-2"].RateLimited)
+}
+
+func testConcurrentClaimsNeverShareATask(t *testing.T, b *bundle) {
+	const n = 200
+	b.runWithActivities(t, "order-1", n, 0)
+	claimed := claimConcurrently(t, func(workerID string) ([]string, error) {
+		tasks, err := b.s.ClaimActivityTasks(b.ctx, store.ClaimParams{
+			Queue: actQueue, WorkerID: workerID, Limit: 3, Now: b.now,
+		})
+		ids := make([]string, len(tasks))
+		for i, a := range tasks {
+			ids[i] = strconv.FormatInt(a.ID, 10)
+			if a.Attempt != 1 {
+				ids[i] += " at attempt " + strconv.Itoa(a.Attempt)
+			}
+		}
+		return ids, err
+	})
+	require.Len(t, claimed, n, "every task was claimed, each at attempt 1")
+	for id, times := range claimed {
+		require.Equal(t, 1, times, "claims of activity task %s", id)
+	}
+}

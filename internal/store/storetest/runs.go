@@ -1,0 +1,136 @@
+package storetest
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/store"
+)
+
+func testCreateRunAppendsStartedEventAndReadyTask(t *testing.T, b *bundle) {
+	in := store.CreateRunParams{
+		RunID: uuid.NewString(), WorkflowID: "order-1", WorkflowType: "Order", Queue: wfQueue,
+		Input: json.RawMessage(`{"order": 1, "items": ["a", "b"]}`), Now: b.now,
+	}
+	created, err := b.s.CreateRun(b.ctx, in)
+	require.NoError(t, err)
+
+	for name, run := range map[string]store.Run{"CreateRun": created, "GetRun": b.getRun(t, in.RunID)} {
+		require.Equal(t, in.RunID, run.RunID, name)
+		require.Equal(t, in.WorkflowID, run.WorkflowID, name)
+		require.Equal(t, in.WorkflowType, run.WorkflowType, name)
+		require.Equal(t, in.Queue, run.Queue, name)
+		require.Equal(t, store.StatusRunning, run.Status, name)
+		require.JSONEq(t, string(in.Input), string(run.Input), name)
+		require.Empty(t, run.Result, name)
+		require.Nil(t, run.Failure, name)
+		requireTime(t, b.now, run.CreatedAt, name+" CreatedAt")
+		requireTime(t, b.now, run.UpdatedAt, name+" UpdatedAt")
+		require.Nil(t, run.ClosedAt, name)
+		require.Equal(t, int64(1), run.LastEventID, name)
+		require.Empty(t, run.TaskError, name)
+		require.Zero(t, run.TaskAttempts, name)
+	}
+
+	events := b.events(t, in.RunID)
+	require.Len(t, events, 1)
+	require.Equal(t, int64(1), events[0].ID)
+	requireTime(t, b.now, events[0].Time, "event time")
+	started, ok := events[0].Attributes.(history.WorkflowStarted)
+	require.True(t, ok, "event 1 is %T, want WorkflowStarted", events[0].Attributes)
+	require.Equal(t, in.WorkflowType, started.WorkflowType)
+	require.Equal(t, in.WorkflowID, started.WorkflowID)
+	require.Equal(t, in.Queue, started.Queue)
+	require.JSONEq(t, string(in.Input), string(started.Input))
+
+	task := b.claimOneWorkflow(t, wfQueue, b.now)
+	require.Equal(t, store.WorkflowTask{
+		RunID: in.RunID, WorkflowID: in.WorkflowID, WorkflowType: in.WorkflowType, Queue: in.Queue,
+		Token: task.Token, ProcessedEventID: 0, Attempts: 0,
+	}, task)
+}
+
+func testCreateRunSameWorkflowIDReturnsOpenRunAndErrConflict(t *testing.T, b *bundle) {
+	first := b.createRun(t, "order-1", wfQueue)
+
+	second, err := b.s.CreateRun(b.ctx, store.CreateRunParams{
+		RunID: uuid.NewString(), WorkflowID: "order-1", WorkflowType: "Order", Queue: wfQueue,
+		Input: json.RawMessage(`{}`), Now: b.now.Add(time.Second),
+	})
+	require.ErrorIs(t, err, store.ErrConflict)
+	require.Equal(t, first.RunID, second.RunID, "CreateRun returns the open run")
+	require.Equal(t, store.StatusRunning, second.Status)
+	requireTime(t, b.now, second.CreatedAt, "CreatedAt of the open run")
+
+	latest, err := b.s.GetRunByWorkflowID(b.ctx, "order-1")
+	require.NoError(t, err)
+	require.Equal(t, first.RunID, latest.RunID, "no second run was made")
+	require.Len(t, b.events(t, first.RunID), 1)
+	require.Len(t, b.claimWorkflow(t, wfQueue, worker, 10, b.now.Add(time.Second)), 1, "one workflow task only")
+}
+
+func testCreateRunAfterCloseStartsNewRun(t *testing.T, b *bundle) {
+	first := b.createRun(t, "order-1", wfQueue)
+	b.closeRun(t, first, b.now)
+
+	b.now = b.now.Add(time.Second)
+	second := b.createRun(t, "order-1", wfQueue)
+	require.NotEqual(t, first.RunID, second.RunID)
+	require.Equal(t, store.StatusRunning, second.Status)
+	require.Equal(t, store.StatusCompleted, b.getRun(t, first.RunID).Status, "the first run stays closed")
+	require.Equal(t, []string{"workflow_started"}, eventTypes(b.events(t, second.RunID)))
+	task := b.claimOneWorkflow(t, wfQueue, b.now)
+	require.Equal(t, second.RunID, task.RunID)
+}
+
+func testGetRunNotFound(t *testing.T, b *bundle) {
+	b.createRun(t, "order-1", wfQueue)
+
+	_, err := b.s.GetRun(b.ctx, uuid.NewString())
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = b.s.GetRunByWorkflowID(b.ctx, "order-2")
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+func testGetRunByWorkflowIDReturnsNewest(t *testing.T, b *bundle) {
+	var runs []store.Run
+	for i := range 3 {
+		run := b.createRun(t, "order-1", wfQueue)
+		runs = append(runs, run)
+		latest, err := b.s.GetRunByWorkflowID(b.ctx, "order-1")
+		require.NoError(t, err)
+		require.Equal(t, run.RunID, latest.RunID, "newest of %d runs", i+1)
+		require.Equal(t, store.StatusRunning, latest.Status)
+		b.closeRun(t, run, b.now)
+		b.now = b.now.Add(time.Minute)
+	}
+	latest, err := b.s.GetRunByWorkflowID(b.ctx, "order-1")
+	require.NoError(t, err)
+	require.Equal(t, runs[2].RunID, latest.RunID, "newest of the closed runs")
+	require.Equal(t, store.StatusCompleted, latest.Status)
+}
+
+func testListEventsAfterID(t *testing.T, b *bundle) {
+	run := b.runWithActivities(t, "order-1", 3, 0)
+
+	all := b.events(t, run.RunID)
+	require.Equal(t, []string{"workflow_started", "activity_scheduled", "activity_scheduled", "activity_scheduled"}, eventTypes(all))
+	requireIDsInOrder(t, all)
+
+	tail, err := b.s.ListEvents(b.ctx, run.RunID, 2)
+	require.NoError(t, err)
+	require.Equal(t, all[2:], tail)
+
+	none, err := b.s.ListEvents(b.ctx, run.RunID, 4)
+	require.NoError(t, err)
+	require.Empty(t, none)
+
+	other, err := b.s.ListEvents(b.ctx, uuid.NewString(), 0)
+	require.NoError(t, err, "an unknown run has no events")
+	require.Empty(t, other)
+}
