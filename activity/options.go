@@ -97,3 +97,44 @@ func validateName(field, s string) error {
 	}
 	return nil
 }
+
+// Merge returns o with every non-zero field of override laid over it, the
+// retry policy field by field. Workflow code's per-call options are merged
+// over the registered ones this way.
+func (o Options) Merge(override Options) Options {
+	if override.Name != "" {
+		o.Name = override.Name
+	}
+	if override.Queue != "" {
+		o.Queue = override.Queue
+	}
+	if override.StartToCloseTimeout != 0 {
+		o.StartToCloseTimeout = override.StartToCloseTimeout
+	}
+	if override.ScheduleToCloseTimeout != 0 {
+		o.ScheduleToCloseTimeout = override.ScheduleToCloseTimeout
+	}
+	if override.HeartbeatTimeout != 0 {
+		o.HeartbeatTimeout = override.HeartbeatTimeout
+	}
+	r, or := &o.Retry, override.Retry
+	if or.InitialInterval != 0 {
+		r.InitialInterval = or.InitialInterval
+	}
+	if or.BackoffCoefficient != 0 {
+		r.BackoffCoefficient = or.BackoffCoefficient
+	}
+	if or.MaximumInterval != 0 {
+		r.MaximumInterval = or.MaximumInterval
+	}
+	if or.MaximumAttempts != 0 {
+		r.MaximumAttempts = or.MaximumAttempts
+	}
+	if or.NonRetryableErrorTypes != nil {
+		r.NonRetryableErrorTypes = or.NonRetryableErrorTypes
+	}
+	if or.MaximumRateLimitedRetries != 0 {
+		r.MaximumRateLimitedRetries = or.MaximumRateLimitedRetries
+	}
+	return o
+}

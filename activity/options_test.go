@@ -108,3 +108,13 @@ func TestOptionsValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestOptionsMerge(t *testing.T) {
+	t.Parallel()
+	base := activity.Options{Name: "Charge", Queue: "payments", StartToCloseTimeout: time.Minute,
+		Retry: activity.RetryPolicy{MaximumAttempts: 5, InitialInterval: time.Second}}
+	got := base.Merge(activity.Options{Queue: "critical", Retry: activity.RetryPolicy{MaximumAttempts: 2}})
+	require.Equal(t, activity.Options{Name: "Charge", Queue: "critical", StartToCloseTimeout: time.Minute,
+		Retry: activity.RetryPolicy{MaximumAttempts: 2, InitialInterval: time.Second}}, got)
+	require.Equal(t, base, base.Merge(activity.Options{}), "a zero override changes nothing")
+}

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/history"
@@ -42,26 +44,117 @@ func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask) {
 	}
 	if t.MaxAttempts > 0 && t.Attempt > t.MaxAttempts {
 		// The last attempt's lease ran out (its worker died or stalled).
-		err := fmt.Errorf("activity %s: the lease of attempt %d ran out (start-to-close timeout %s) and no attempts are left", t.Activity, t.Attempt-1, opts.StartToCloseTimeout)
+		err := &timeoutError{kind: "lease", d: leaseOf(opts), err: fmt.Errorf("attempt %d did not finish and no attempts are left", t.Attempt-1)}
 		e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt-1)
 		return
 	}
-	actx, cancel := context.WithTimeout(ctx, opts.StartToCloseTimeout)
+	now := e.now()
+	timeout := opts.StartToCloseTimeout
+	if s2c := opts.ScheduleToCloseTimeout; s2c > 0 {
+		left := t.ScheduledAt.Add(s2c).Sub(now)
+		if left <= 0 {
+			err := &timeoutError{kind: "schedule-to-close", d: s2c, err: fmt.Errorf("scheduled at %s", t.ScheduledAt.Format(time.RFC3339))}
+			e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt-1)
+			return
+		}
+		timeout = min(timeout, left)
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := afterFunc(timeout, func() { cancel(&timeoutError{kind: "start-to-close", d: timeout, err: context.DeadlineExceeded}) })
+	defer stop()
+	hb := &heartbeater{e: e, t: t, lease: leaseOf(opts), cancel: cancel, attrs: attrs}
+	if opts.HeartbeatTimeout > 0 {
+		hb.watch = newWatchdog(opts.HeartbeatTimeout, func() {
+			cancel(&timeoutError{kind: "heartbeat", d: opts.HeartbeatTimeout, err: errors.New("no heartbeat")})
+		})
+		defer hb.watch.stop()
+	}
 	info := activity.Info{
 		Name: t.Activity, IdempotencyKey: t.IdempotencyKey, Attempt: t.Attempt, Queue: t.Queue,
 		WorkflowID: t.WorkflowID, RunID: t.RunID, HeartbeatDetails: t.Heartbeat,
+		Deadline: time.Now().Add(timeout),
 	}
-	info.Deadline, _ = actx.Deadline()
-	out, err := callActivity(activity.NewContext(actx, info), def, t.Input)
-	if err != nil && actx.Err() != nil && ctx.Err() == nil && errors.Is(err, actx.Err()) {
-		err = &timeoutError{err: err, d: opts.StartToCloseTimeout}
+	actx2 := activity.WithHeartbeatFunc(activity.NewContext(actx, info), hb.beat)
+	out, err := callActivity(actx2, def, t.Input)
+	if cause := context.Cause(actx); err != nil && cause != nil && ctx.Err() == nil {
+		var te *timeoutError
+		if errors.As(cause, &te) {
+			err = cause
+		}
+		if errors.Is(cause, store.ErrLeaseLost) {
+			e.log.LogAttrs(ctx, slog.LevelWarn, "activity attempt lost its lease; another attempt owns the task", attrs...)
+			return
+		}
 	}
-	cancel()
+	if err != nil && ctx.Err() != nil {
+		// Cut short by shutdown: Run gives the task back without spending
+		// the attempt.
+		return
+	}
 	if err != nil {
 		e.finishActivity(ctx, t, attrs, err, opts)
 		return
 	}
 	e.resolve(ctx, t, attrs, history.ActivityCompleted{Seq: t.Seq, Result: out, Attempt: t.Attempt})
+}
+
+// heartbeater records an attempt's heartbeats: it keeps the details for the
+// next attempt and extends the claim. Writes are spaced at least a fifth of
+// the lease apart; the claim then always has most of its lease left.
+type heartbeater struct {
+	e      *Engine
+	t      store.ActivityTask
+	lease  time.Duration
+	cancel context.CancelCauseFunc
+	watch  *watchdog
+	attrs  []slog.Attr
+
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (h *heartbeater) beat(ctx context.Context, details []byte) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.watch != nil {
+		h.watch.reset()
+	}
+	if time.Since(h.last) < h.lease/5 {
+		return nil
+	}
+	err := h.e.store.HeartbeatActivity(ctx, store.HeartbeatParams{
+		TaskID: h.t.ID, Attempt: h.t.Attempt, Details: details, LockedUntil: h.e.now().Add(h.lease),
+	})
+	if errors.Is(err, store.ErrLeaseLost) {
+		h.cancel(store.ErrLeaseLost)
+		return fmt.Errorf("activity %s attempt %d: the task was claimed again; stop: %w", h.t.Activity, h.t.Attempt, err)
+	}
+	if err != nil {
+		h.e.log.LogAttrs(ctx, slog.LevelWarn, "record heartbeat", append(h.attrs, slog.String("error", err.Error()))...)
+		return err
+	}
+	h.last = time.Now()
+	return nil
+}
+
+// watchdog calls fn unless reset within d.
+type watchdog struct {
+	d time.Duration
+	t *time.Timer
+}
+
+func newWatchdog(d time.Duration, fn func()) *watchdog {
+	return &watchdog{d: d, t: time.AfterFunc(d, fn)}
+}
+
+func (w *watchdog) reset() { w.t.Reset(w.d) }
+func (w *watchdog) stop()  { w.t.Stop() }
+
+// afterFunc runs fn after d unless the returned stop is called first.
+func afterFunc(d time.Duration, fn func()) (stop func()) {
+	t := time.AfterFunc(d, fn)
+	return func() { t.Stop() }
 }
 
 // callActivity runs the activity, turning a panic into an error.
@@ -83,13 +176,15 @@ func (p *panicError) Error() string {
 	return fmt.Sprintf("activity panicked: %v\n%s", p.value, p.stack)
 }
 
+// timeoutError is an attempt cut short by one of the activity's timeouts.
 type timeoutError struct {
-	err error
-	d   interface{ String() string }
+	kind string // "start-to-close", "schedule-to-close", "heartbeat", "lease"
+	d    time.Duration
+	err  error
 }
 
 func (t *timeoutError) Error() string {
-	return fmt.Sprintf("start-to-close timeout (%s): %v", t.d, t.err)
+	return fmt.Sprintf("%s timeout (%s): %v", t.kind, t.d, t.err)
 }
 func (t *timeoutError) Unwrap() error { return t.err }
 
@@ -113,7 +208,7 @@ func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs
 	class := errorClass(cause)
 	policy := opts.Retry.WithDefaults()
 	now := e.now()
-	retry := store.RetryActivityParams{TaskID: t.ID, Attempt: t.Attempt, Error: cause.Error(), Now: now}
+	retry := store.RetryActivityParams{TaskID: t.ID, Attempt: t.Attempt, Error: cause.Error(), ErrorClass: class, Now: now}
 	switch after, rateLimited := activity.RetryAfter(cause); {
 	case activity.IsPermanent(cause) || slices.Contains(policy.NonRetryableErrorTypes, class):
 		e.resolveFailed(ctx, t, attrs, cause, class, t.Attempt)
@@ -124,7 +219,12 @@ func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs
 		e.resolveFailed(ctx, t, attrs, cause, class, t.Attempt)
 		return
 	default:
-		retry.RunAfter = now.Add(policy.Delay(t.Attempt, nil))
+		retry.RunAfter = now.Add(policy.Delay(t.Attempt, e.opts.RandFunc))
+	}
+	if s2c := opts.ScheduleToCloseTimeout; s2c > 0 && retry.RunAfter.After(t.ScheduledAt.Add(s2c)) {
+		err := &timeoutError{kind: "schedule-to-close", d: s2c, err: cause}
+		e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt)
+		return
 	}
 	e.log.LogAttrs(ctx, slog.LevelWarn, "activity attempt failed; retrying",
 		append(attrs, slog.String("error", cause.Error()), slog.String("class", class), slog.Time("retry_at", retry.RunAfter))...)

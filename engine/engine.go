@@ -45,6 +45,9 @@ type Options struct {
 	// MaxPayloadBytes is the largest input or result accepted, encoded.
 	// Default 2 MiB.
 	MaxPayloadBytes int
+	// RandFunc returns numbers in [0, 1) for the retry delays' jitter.
+	// Default math/rand/v2.Float64. Tests pass a fixed source.
+	RandFunc func() float64
 	// SkipMigrate leaves the schema alone in New: for people who apply
 	// migrations with their own tools (`durable migrate --print`).
 	SkipMigrate bool

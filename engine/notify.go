@@ -33,6 +33,24 @@ func (e *Engine) announce(r store.Ready) {
 	}
 }
 
+// publishNow sends r's notifications at once, for a caller outside Run.
+func (h *hub) publishNow(ctx context.Context, r store.Ready) {
+	var keys []string
+	for _, q := range r.WorkflowQueues {
+		keys = append(keys, "w:"+q)
+	}
+	for _, q := range r.ActivityQueues {
+		keys = append(keys, "a:"+q)
+	}
+	if len(keys) == 0 {
+		return
+	}
+	if _, err := h.pool.Exec(ctx, sendNotificationsSQL, keys); err != nil {
+		h.log.LogAttrs(ctx, slog.LevelWarn, "send notifications; workers pick the work up at their next poll",
+			slog.String("error", err.Error()))
+	}
+}
+
 // hub holds one LISTEN connection per engine and fans notifications out to
 // the pollers and Result waiters that want them. It runs only while someone
 // uses it: the first user starts it, the last one stops it.

@@ -109,6 +109,43 @@ func (e *Engine) failWorkflowTask(ctx context.Context, t store.WorkflowTask, att
 	}
 }
 
+// newActivityTask builds the task of a scheduled activity (runID empty for
+// a standalone job, whose caller sets the idempotency key).
+func (e *Engine) newActivityTask(runID string, a history.ActivityScheduled, now time.Time) (store.NewActivityTask, error) {
+	var o activity.Options
+	if len(a.Options) > 0 {
+		if err := json.Unmarshal(a.Options, &o); err != nil {
+			return store.NewActivityTask{}, fmt.Errorf("decode options of activity %s: %w", a.Activity, err)
+		}
+	}
+	if err := o.Validate(); err != nil {
+		return store.NewActivityTask{}, fmt.Errorf("activity %s: %w", a.Activity, err)
+	}
+	o = o.WithDefaults()
+	if len(a.Input) > e.opts.MaxPayloadBytes {
+		return store.NewActivityTask{}, fmt.Errorf("input of activity %s is %d bytes, over the %d-byte limit (Options.MaxPayloadBytes): pass a reference to the data instead", a.Activity, len(a.Input), e.opts.MaxPayloadBytes)
+	}
+	t := store.NewActivityTask{
+		Seq: a.Seq, Activity: a.Activity, Queue: o.Queue, Input: a.Input,
+		MaxAttempts: o.Retry.MaximumAttempts, Options: a.Options,
+		Lease: leaseOf(o), RunAfter: now,
+	}
+	if runID != "" {
+		t.IdempotencyKey = fmt.Sprintf("%s:%d", runID, a.Seq)
+	}
+	return t, nil
+}
+
+// leaseOf is how long one claim of an activity holds: its heartbeat timeout
+// if it heartbeats (each heartbeat extends the claim), else its
+// start-to-close timeout.
+func leaseOf(o activity.Options) time.Duration {
+	if o.HeartbeatTimeout > 0 {
+		return o.HeartbeatTimeout
+	}
+	return o.StartToCloseTimeout
+}
+
 // commitParams turns a task's commands into the store's commit.
 func (e *Engine) commitParams(t store.WorkflowTask, processed int64, cmds []history.Attributes) (store.CommitWorkflowTaskParams, error) {
 	now := e.now()
@@ -116,23 +153,11 @@ func (e *Engine) commitParams(t store.WorkflowTask, processed int64, cmds []hist
 	for _, c := range cmds {
 		switch c := c.(type) {
 		case history.ActivityScheduled:
-			var o activity.Options
-			if err := json.Unmarshal(c.Options, &o); err != nil {
-				return p, fmt.Errorf("decode options of activity %s: %w", c.Activity, err)
+			a, err := e.newActivityTask(t.RunID, c, now)
+			if err != nil {
+				return p, err
 			}
-			if err := o.Validate(); err != nil {
-				return p, fmt.Errorf("activity %s: %w", c.Activity, err)
-			}
-			o = o.WithDefaults()
-			if len(c.Input) > e.opts.MaxPayloadBytes {
-				return p, fmt.Errorf("input of activity %s is %d bytes, over the %d-byte limit (Options.MaxPayloadBytes): pass a reference to the data instead", c.Activity, len(c.Input), e.opts.MaxPayloadBytes)
-			}
-			p.Activities = append(p.Activities, store.NewActivityTask{
-				Seq: c.Seq, Activity: c.Activity, Queue: o.Queue, Input: c.Input,
-				IdempotencyKey: fmt.Sprintf("%s:%d", t.RunID, c.Seq),
-				MaxAttempts:    o.Retry.MaximumAttempts, Options: c.Options,
-				Lease: o.StartToCloseTimeout, RunAfter: now,
-			})
+			p.Activities = append(p.Activities, a)
 		case history.TimerStarted:
 			p.Timers = append(p.Timers, store.NewTimer{Seq: c.Seq, FireAt: c.FireAt})
 		case history.TimerCanceled:

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/history"
 )
 
@@ -20,7 +19,10 @@ import (
 func ExecuteActivity[In, Out any](ctx Context, fn func(context.Context, In) (Out, error), in In) Future[Out] {
 	x := ctx.exec()
 	name, opts := x.opts.ResolveActivity(fn)
-	opts = mergeActivityOptions(opts, ctx.ao).WithDefaults()
+	if ctx.ao != nil {
+		opts = opts.Merge(*ctx.ao)
+	}
+	opts = opts.WithDefaults()
 	input, err := json.Marshal(in)
 	if err != nil {
 		return failedFuture[Out](name, fmt.Errorf("encode input of activity %s: %w", name, err))
@@ -34,46 +36,6 @@ func ExecuteActivity[In, Out any](ctx Context, fn func(context.Context, In) (Out
 	x.futures[seq] = f
 	x.command(history.ActivityScheduled{Seq: seq, Activity: name, Queue: opts.Queue, Input: input, Options: encoded})
 	return typedFuture[Out]{f}
-}
-
-// mergeActivityOptions lays the non-zero fields of call over base.
-func mergeActivityOptions(base activity.Options, call *activity.Options) activity.Options {
-	if call == nil {
-		return base
-	}
-	o := base
-	if call.Queue != "" {
-		o.Queue = call.Queue
-	}
-	if call.StartToCloseTimeout != 0 {
-		o.StartToCloseTimeout = call.StartToCloseTimeout
-	}
-	if call.ScheduleToCloseTimeout != 0 {
-		o.ScheduleToCloseTimeout = call.ScheduleToCloseTimeout
-	}
-	if call.HeartbeatTimeout != 0 {
-		o.HeartbeatTimeout = call.HeartbeatTimeout
-	}
-	r, cr := &o.Retry, call.Retry
-	if cr.InitialInterval != 0 {
-		r.InitialInterval = cr.InitialInterval
-	}
-	if cr.BackoffCoefficient != 0 {
-		r.BackoffCoefficient = cr.BackoffCoefficient
-	}
-	if cr.MaximumInterval != 0 {
-		r.MaximumInterval = cr.MaximumInterval
-	}
-	if cr.MaximumAttempts != 0 {
-		r.MaximumAttempts = cr.MaximumAttempts
-	}
-	if cr.NonRetryableErrorTypes != nil {
-		r.NonRetryableErrorTypes = cr.NonRetryableErrorTypes
-	}
-	if cr.MaximumRateLimitedRetries != 0 {
-		r.MaximumRateLimitedRetries = cr.MaximumRateLimitedRetries
-	}
-	return o
 }
 
 // ActivityError is what a workflow receives when an activity failed for good.

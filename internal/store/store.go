@@ -191,6 +191,8 @@ type ActivityTask struct {
 	RateLimited int
 	Options     json.RawMessage
 	LockedUntil time.Time
+	// ScheduledAt is when the activity was scheduled or the job enqueued.
+	ScheduledAt time.Time
 	// LastError is the error of the previous attempt, if any.
 	LastError string
 	// Heartbeat is the last heartbeat's details, from this or an earlier attempt.
@@ -206,12 +208,88 @@ type ResolveActivityParams struct {
 	Now     time.Time
 }
 
+// HeartbeatParams are the inputs of HeartbeatActivity.
+type HeartbeatParams struct {
+	TaskID  int64
+	Attempt int
+	// Details are kept for the next attempt.
+	Details json.RawMessage
+	// LockedUntil is the extended end of the claim.
+	LockedUntil time.Time
+}
+
+// EnqueueJobParams are the inputs of EnqueueJob. Task.Seq is unused.
+type EnqueueJobParams struct {
+	Task NewActivityTask
+	Now  time.Time
+	// Notify makes the store announce the job itself, as for CreateRun.
+	Notify bool
+}
+
+// Dead-letter kinds.
+const (
+	DeadJob      = "job"
+	DeadWorkflow = "workflow"
+)
+
+// DeadLetter is a job or workflow run that failed for good.
+type DeadLetter struct {
+	ID             int64
+	Kind           string // DeadJob or DeadWorkflow
+	Type           string // activity or workflow type
+	Queue          string
+	Payload        json.RawMessage
+	IdempotencyKey string
+	RunID          string
+	WorkflowID     string
+	Attempts       int
+	LastError      string
+	ErrorClass     string
+	Options        json.RawMessage
+	FirstFailedAt  time.Time
+	DeadLetteredAt time.Time
+	RedrivenAt     *time.Time
+	// RedriveRunID is the run a redriven workflow continues in.
+	RedriveRunID string
+}
+
+// DeadLetterFilter selects dead letters; zero fields match everything.
+type DeadLetterFilter struct {
+	Kind string
+	Type string
+	// Pending keeps only those not redriven yet.
+	Pending bool
+	Limit   int
+}
+
+// RedriveParams are the inputs of RedriveDeadLetter.
+type RedriveParams struct {
+	ID  int64
+	Now time.Time
+	// NewRunID names the run a redriven workflow continues in.
+	NewRunID string
+	// Task builds the activity task that runs again: the job itself, or the
+	// workflow's failed activity (a is its ActivityScheduled event).
+	Task func(runID string, a history.ActivityScheduled) (NewActivityTask, error)
+}
+
+// RedriveResult says what a redrive did.
+type RedriveResult struct {
+	// Redriven is false when the dead letter had been redriven already.
+	Redriven bool
+	// RunID is the run a workflow continues in.
+	RunID string
+	Ready Ready
+}
+
 // RetryActivityParams are the inputs of RetryActivity.
 type RetryActivityParams struct {
 	TaskID   int64
 	Attempt  int
 	RunAfter time.Time
 	Error    string
+	// ErrorClass is the error's kind (see activity.ErrorClass).
+	ErrorClass string
 	// RateLimited marks a retry the other side asked for: it gives the
 	// attempt back to the budget and counts against the rate-limit cap.
 	RateLimited bool
@@ -263,6 +341,26 @@ type Store interface {
 	// NextDue returns when the earliest task of the kind ("workflow" or
 	// "activity") on the queue becomes ready, or ok false if there is none.
 	NextDue(ctx context.Context, kind, queue string) (t time.Time, ok bool, err error)
+	// HeartbeatActivity keeps the details and extends the claim. It returns
+	// ErrLeaseLost if the claim no longer holds.
+	HeartbeatActivity(ctx context.Context, in HeartbeatParams) error
+	// EnqueueJob adds a standalone job unless a job with its idempotency key
+	// is pending; it returns the job's task ID and whether it existed.
+	EnqueueJob(ctx context.Context, in EnqueueJobParams) (id int64, existing bool, err error)
+
+	// ListDeadLetters returns dead letters, newest first.
+	ListDeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error)
+	// GetDeadLetter returns one dead letter, or ErrNotFound.
+	GetDeadLetter(ctx context.Context, id int64) (DeadLetter, error)
+	// RedriveDeadLetter runs a dead letter again: a job with a fresh attempt
+	// budget; a workflow as a new run of the same workflow ID whose history
+	// is the failed run's up to its last activity failure, with that
+	// activity scheduled again (or, if no activity failed, with a workflow
+	// task). Redriving twice does nothing the second time. It returns
+	// ErrNotFound for an unknown ID and ErrConflict if the workflow ID has
+	// an open run.
+	RedriveDeadLetter(ctx context.Context, in RedriveParams) (RedriveResult, error)
+
 	// ReleaseActivityTasks gives back, without spending an attempt, the
 	// activity tasks the worker holds, and notifies.
 	ReleaseActivityTasks(ctx context.Context, in ReleaseParams) error

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -28,7 +29,7 @@ WHERE t.id = c.id
 RETURNING t.id, coalesce(t.run_id::text, ''),
     coalesce((SELECT r.workflow_id FROM durable_runs r WHERE r.run_id = t.run_id), ''),
     t.seq, t.activity, t.queue, t.input, t.idempotency_key, t.attempt, t.max_attempts, t.rate_limited,
-    t.options, t.locked_until, coalesce(t.last_error, ''), t.heartbeat`
+    t.options, t.locked_until, t.created_at, coalesce(t.last_error, ''), t.heartbeat`
 
 // ClaimActivityTasks implements store.Store.
 func (s *Store) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
@@ -41,7 +42,7 @@ func (s *Store) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([
 	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ActivityTask, error) {
 		var t store.ActivityTask
 		err := row.Scan(&t.ID, &t.RunID, &t.WorkflowID, &t.Seq, &t.Activity, &t.Queue, &t.Input, &t.IdempotencyKey,
-			&t.Attempt, &t.MaxAttempts, &t.RateLimited, &t.Options, &t.LockedUntil, &t.LastError, &t.Heartbeat)
+			&t.Attempt, &t.MaxAttempts, &t.RateLimited, &t.Options, &t.LockedUntil, &t.ScheduledAt, &t.LastError, &t.Heartbeat)
 		return t, err
 	})
 	if err != nil {
@@ -57,7 +58,15 @@ const resolveActivitySQL = `
 WITH task AS (
     DELETE FROM durable_activity_tasks
     WHERE id = @id AND attempt = @attempt
-    RETURNING run_id
+    RETURNING run_id, activity, queue, input, idempotency_key, options, first_failed_at
+), dead AS (
+    -- A standalone job that fails for good is kept as a dead letter.
+    INSERT INTO durable_dead_letters (kind, type, queue, payload, idempotency_key, attempts, last_error,
+        error_class, options, first_failed_at, dead_lettered_at)
+    SELECT 'job', activity, queue, input, idempotency_key, @attempts, @error, @class, options,
+        coalesce(first_failed_at, @now), @now
+    FROM task
+    WHERE run_id IS NULL AND @failed
 ), run AS (
     UPDATE durable_runs r
     SET next_event_id = r.next_event_id + 1, updated_at = @now
@@ -86,9 +95,14 @@ func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityPar
 		deleted int
 		queue   *string
 	)
-	err = s.db.QueryRow(ctx, resolveActivitySQL, pgx.NamedArgs{
+	args := pgx.NamedArgs{
 		"id": in.TaskID, "attempt": in.Attempt, "now": in.Now, "type": in.Event.EventType(), "attrs": string(attrs),
-	}).Scan(&deleted, &queue)
+		"failed": false, "error": "", "class": "", "attempts": in.Attempt,
+	}
+	if f, ok := in.Event.(history.ActivityFailed); ok {
+		args["failed"], args["error"], args["class"], args["attempts"] = true, f.Failure.Message, f.Failure.Class, f.Failure.Attempts
+	}
+	err = s.db.QueryRow(ctx, resolveActivitySQL, args).Scan(&deleted, &queue)
 	if err != nil {
 		return ready, fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)
 	}
@@ -104,7 +118,7 @@ func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityPar
 const retryActivitySQL = `
 UPDATE durable_activity_tasks
 SET locked_by = NULL, locked_until = NULL, run_after = @run_after, last_error = @error,
-    first_failed_at = coalesce(first_failed_at, @now),
+    last_error_class = @class, first_failed_at = coalesce(first_failed_at, @now),
     max_attempts = CASE WHEN @rate_limited AND max_attempts > 0 THEN max_attempts + 1 ELSE max_attempts END,
     rate_limited = rate_limited + CASE WHEN @rate_limited THEN 1 ELSE 0 END
 WHERE id = @id AND attempt = @attempt`
@@ -113,7 +127,7 @@ WHERE id = @id AND attempt = @attempt`
 func (s *Store) RetryActivity(ctx context.Context, in store.RetryActivityParams) error {
 	tag, err := s.db.Exec(ctx, retryActivitySQL, pgx.NamedArgs{
 		"id": in.TaskID, "attempt": in.Attempt, "run_after": in.RunAfter, "error": in.Error, "now": in.Now,
-		"rate_limited": in.RateLimited,
+		"rate_limited": in.RateLimited, "class": in.ErrorClass,
 	})
 	if err != nil {
 		return fmt.Errorf("retry activity task %d: %w", in.TaskID, err)
@@ -164,4 +178,55 @@ func (s *Store) NextDue(ctx context.Context, kind, queue string) (time.Time, boo
 		return time.Time{}, false, nil
 	}
 	return *t, true, nil
+}
+
+const heartbeatActivitySQL = `
+UPDATE durable_activity_tasks
+SET heartbeat = @details, locked_until = @until, run_after = @until
+WHERE id = @id AND attempt = @attempt AND locked_by IS NOT NULL`
+
+// HeartbeatActivity implements store.Store.
+func (s *Store) HeartbeatActivity(ctx context.Context, in store.HeartbeatParams) error {
+	tag, err := s.db.Exec(ctx, heartbeatActivitySQL, pgx.NamedArgs{
+		"id": in.TaskID, "attempt": in.Attempt, "details": jsonArg(in.Details), "until": in.LockedUntil,
+	})
+	if err != nil {
+		return fmt.Errorf("heartbeat activity task %d: %w", in.TaskID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrLeaseLost
+	}
+	return nil
+}
+
+const enqueueJobSQL = `
+WITH ins AS (
+    INSERT INTO durable_activity_tasks (activity, queue, input, idempotency_key, options, max_attempts, lease_ms, run_after, created_at)
+    VALUES (@activity, @queue, @input, @key, @options, @max_attempts, @lease_ms, @run_after, @now)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, queue, run_after
+)
+SELECT id, count(CASE WHEN @notify AND run_after <= @now THEN pg_notify('durable', 'a:' || queue) END)
+FROM ins GROUP BY id`
+
+// EnqueueJob implements store.Store.
+func (s *Store) EnqueueJob(ctx context.Context, in store.EnqueueJobParams) (int64, bool, error) {
+	t := in.Task
+	var id, notes int64
+	err := s.db.QueryRow(ctx, enqueueJobSQL, pgx.NamedArgs{
+		"activity": t.Activity, "queue": t.Queue, "input": jsonArg(t.Input), "key": t.IdempotencyKey,
+		"options": jsonArg(t.Options), "max_attempts": t.MaxAttempts, "lease_ms": t.Lease.Milliseconds(),
+		"run_after": t.RunAfter, "now": in.Now, "notify": in.Notify,
+	}).Scan(&id, &notes)
+	if err == nil {
+		return id, false, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, fmt.Errorf("enqueue job %s: %w", t.Activity, err)
+	}
+	err = s.db.QueryRow(ctx, `SELECT id FROM durable_activity_tasks WHERE idempotency_key = $1`, t.IdempotencyKey).Scan(&id)
+	if err != nil {
+		return 0, false, fmt.Errorf("enqueue job %s: find the pending job with key %q: %w", t.Activity, t.IdempotencyKey, err)
+	}
+	return id, true, nil
 }

@@ -69,7 +69,15 @@ WITH lock AS (
         closed_at = CASE WHEN @close_status::text IS NULL THEN NULL ELSE @now::timestamptz END
     FROM lock
     WHERE r.run_id = lock.run_id AND r.status = 'running'
-    RETURNING r.run_id, r.queue, r.next_event_id - cardinality(@types::text[]) AS first_id
+    RETURNING r.run_id, r.queue, r.workflow_id, r.workflow_type, r.input,
+        r.next_event_id - cardinality(@types::text[]) AS first_id
+), dead AS (
+    -- A failed run is kept as a dead letter, to be redriven after a fix.
+    INSERT INTO durable_dead_letters (kind, type, queue, payload, run_id, workflow_id, attempts, last_error,
+        error_class, first_failed_at, dead_lettered_at)
+    SELECT 'workflow', workflow_type, queue, input, run_id, workflow_id, 1, @fail_message, @fail_class, @now, @now
+    FROM run
+    WHERE @close_status::text = 'failed'
 ), ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
     SELECT run.run_id, run.first_id + e.ord - 1, e.type, e.attrs, @now
@@ -129,7 +137,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 	if in.CanceledTimers == nil {
 		args["canceled"] = []int64{}
 	}
-	args["close_status"], args["result"], args["failure"] = nil, nil, nil
+	args["close_status"], args["result"], args["failure"], args["fail_message"], args["fail_class"] = nil, nil, nil, "", ""
 	if c := in.Close; c != nil {
 		args["close_status"] = c.Status
 		if c.Result != nil {
@@ -141,6 +149,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 				return ready, fmt.Errorf("commit workflow task of run %s: encode failure: %w", in.RunID, err)
 			}
 			args["failure"] = string(b)
+			args["fail_message"], args["fail_class"] = c.Failure.Message, c.Failure.Class
 		}
 	}
 	n := len(in.Activities)

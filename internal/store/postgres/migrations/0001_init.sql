@@ -68,8 +68,11 @@ CREATE TABLE durable_activity_tasks (
     locked_by       text,
     locked_until    timestamptz,
     last_error      text,
+    last_error_class text,
     heartbeat       jsonb,
     first_failed_at timestamptz,
+    -- created_at is when the activity was scheduled (or the job enqueued):
+    -- the start of its schedule-to-close timeout.
     created_at      timestamptz NOT NULL
 );
 
@@ -97,9 +100,21 @@ CREATE TABLE durable_dead_letters (
     attempts         integer     NOT NULL,
     last_error       text        NOT NULL,
     error_class      text,
+    -- options are a job's activity options, for its redrive.
+    options          jsonb,
     first_failed_at  timestamptz NOT NULL,
     dead_lettered_at timestamptz NOT NULL,
-    redriven_at      timestamptz
+    redriven_at      timestamptz,
+    -- redrive_run_id is the run a redriven workflow continues in.
+    redrive_run_id   uuid
 );
 
 CREATE INDEX durable_dead_letters_pending ON durable_dead_letters (type, dead_lettered_at) WHERE redriven_at IS NULL;
+
+-- Effects applied exactly once: engine.ExactlyOnce records an activity's
+-- idempotency key (and its result) in the transaction that applies the effect.
+CREATE TABLE durable_effects (
+    idempotency_key text        PRIMARY KEY,
+    result          jsonb,
+    created_at      timestamptz NOT NULL
+);

@@ -1,0 +1,100 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/store"
+)
+
+// ErrDeadLetterNotFound is returned for a dead-letter ID that names none.
+var ErrDeadLetterNotFound = errors.New("dead letter not found")
+
+// DeadLetter is a standalone job or a workflow run that failed for good,
+// with what it takes to understand and redrive it.
+type DeadLetter = store.DeadLetter
+
+// DeadLetterFilter selects dead letters; zero fields match everything.
+type DeadLetterFilter = store.DeadLetterFilter
+
+// Dead-letter kinds.
+const (
+	DeadJob      = store.DeadJob
+	DeadWorkflow = store.DeadWorkflow
+)
+
+// DeadLetters lists dead letters, newest first (at most f.Limit, default 100).
+func (e *Engine) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
+	return e.store.ListDeadLetters(ctx, f)
+}
+
+// DeadLetter returns one dead letter.
+func (e *Engine) DeadLetter(ctx context.Context, id int64) (DeadLetter, error) {
+	d, err := e.store.GetDeadLetter(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return d, fmt.Errorf("dead letter %d: %w", id, ErrDeadLetterNotFound)
+	}
+	return d, err
+}
+
+// RedriveResult says what Redrive did.
+type RedriveResult struct {
+	// Redriven is false when the dead letter had been redriven before;
+	// redriving twice is harmless.
+	Redriven bool
+	// RunID is the run a redriven workflow continues in.
+	RunID string
+}
+
+// Redrive runs a dead letter again, after the fix has shipped. A job runs
+// with a fresh attempt budget. A workflow continues in a new run of the same
+// workflow ID whose history is the failed run's up to the point of failure:
+// the activity that failed runs again, activities that completed do not.
+func (e *Engine) Redrive(ctx context.Context, id int64) (RedriveResult, error) {
+	res, err := e.store.RedriveDeadLetter(ctx, store.RedriveParams{
+		ID: id, Now: e.now(), NewRunID: uuid.NewString(),
+		Task: func(runID string, a history.ActivityScheduled) (store.NewActivityTask, error) {
+			return e.newActivityTask(runID, a, e.now())
+		},
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return RedriveResult{}, fmt.Errorf("redrive dead letter %d: %w", id, ErrDeadLetterNotFound)
+	case errors.Is(err, store.ErrConflict):
+		return RedriveResult{}, fmt.Errorf("%w: finish or terminate it first", err)
+	case err != nil:
+		return RedriveResult{}, err
+	}
+	if e.hub.active() {
+		e.announce(res.Ready)
+	} else {
+		e.hub.publishNow(ctx, res.Ready)
+	}
+	return RedriveResult{Redriven: res.Redriven, RunID: res.RunID}, nil
+}
+
+// RedriveAll redrives every pending dead letter that f selects and returns
+// how many it redrove.
+func (e *Engine) RedriveAll(ctx context.Context, f DeadLetterFilter) (int, error) {
+	f.Pending = true
+	ds, err := e.store.ListDeadLetters(ctx, f)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, d := range ds {
+		res, err := e.Redrive(ctx, d.ID)
+		if err != nil {
+			return n, err
+		}
+		if res.Redriven {
+			n++
+		}
+	}
+	return n, nil
+}
+

@@ -1,0 +1,204 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/store"
+)
+
+const deadLetterColumns = `
+    id, kind, type, queue, payload, coalesce(idempotency_key, ''), coalesce(run_id::text, ''),
+    coalesce(workflow_id, ''), attempts, last_error, coalesce(error_class, ''), options,
+    first_failed_at, dead_lettered_at, redriven_at, coalesce(redrive_run_id::text, '')
+FROM durable_dead_letters`
+
+const listDeadLettersSQL = `SELECT ` + deadLetterColumns + `
+WHERE (@kind::text = '' OR kind = @kind)
+  AND (@type::text = '' OR type = @type)
+  AND (NOT @pending OR redriven_at IS NULL)
+ORDER BY id DESC
+LIMIT @limit`
+
+func scanDeadLetter(row pgx.CollectableRow) (store.DeadLetter, error) {
+	var d store.DeadLetter
+	err := row.Scan(&d.ID, &d.Kind, &d.Type, &d.Queue, &d.Payload, &d.IdempotencyKey, &d.RunID, &d.WorkflowID,
+		&d.Attempts, &d.LastError, &d.ErrorClass, &d.Options, &d.FirstFailedAt, &d.DeadLetteredAt, &d.RedrivenAt, &d.RedriveRunID)
+	return d, err
+}
+
+// ListDeadLetters implements store.Store.
+func (s *Store) ListDeadLetters(ctx context.Context, f store.DeadLetterFilter) ([]store.DeadLetter, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	rows, err := s.db.Query(ctx, listDeadLettersSQL, pgx.NamedArgs{"kind": f.Kind, "type": f.Type, "pending": f.Pending, "limit": f.Limit})
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	ds, err := pgx.CollectRows(rows, scanDeadLetter)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	return ds, nil
+}
+
+// GetDeadLetter implements store.Store.
+func (s *Store) GetDeadLetter(ctx context.Context, id int64) (store.DeadLetter, error) {
+	return getDeadLetter(ctx, s.db, `SELECT `+deadLetterColumns+` WHERE id = $1`, id)
+}
+
+func getDeadLetter(ctx context.Context, db dbtx, sql string, id int64) (store.DeadLetter, error) {
+	rows, err := db.Query(ctx, sql, id)
+	if err != nil {
+		return store.DeadLetter{}, fmt.Errorf("get dead letter %d: %w", id, err)
+	}
+	d, err := pgx.CollectExactlyOneRow(rows, scanDeadLetter)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, store.ErrNotFound
+	}
+	if err != nil {
+		return d, fmt.Errorf("get dead letter %d: %w", id, err)
+	}
+	return d, nil
+}
+
+const (
+	markRedrivenSQL = `UPDATE durable_dead_letters SET redriven_at = $2, redrive_run_id = $3 WHERE id = $1`
+
+	insertActivityTaskSQL = `
+INSERT INTO durable_activity_tasks (run_id, seq, activity, queue, input, idempotency_key, options, max_attempts, lease_ms, run_after, created_at)
+VALUES (@run_id, @seq, @activity, @queue, @input, @key, @options, @max_attempts, @lease_ms, @run_after, @now)
+ON CONFLICT (idempotency_key) DO NOTHING`
+
+	// reopenRunSQL starts the run a redriven workflow continues in. Its
+	// history is copied up to cut (exclusive); the copy counts as processed.
+	reopenRunSQL = `
+WITH run AS (
+    INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id,
+        processed_event_id, created_at, updated_at)
+    SELECT @new_run, workflow_id, workflow_type, queue, 'running', input, @cut, @cut - 1, @now, @now
+    FROM durable_runs WHERE run_id = @old_run
+    ON CONFLICT (workflow_id) WHERE status = 'running' DO NOTHING
+    RETURNING run_id
+), ev AS (
+    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
+    SELECT run.run_id, e.event_id, e.type, e.attributes, e.created_at
+    FROM run, durable_events e
+    WHERE e.run_id = @old_run AND e.event_id < @cut
+)
+SELECT count(*) FROM run`
+)
+
+// RedriveDeadLetter implements store.Store.
+func (s *Store) RedriveDeadLetter(ctx context.Context, in store.RedriveParams) (store.RedriveResult, error) {
+	var res store.RedriveResult
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		d, err := getDeadLetter(ctx, tx, `SELECT `+deadLetterColumns+` WHERE id = $1 FOR UPDATE`, in.ID)
+		if err != nil {
+			return err
+		}
+		if d.RedrivenAt != nil {
+			res.RunID = d.RedriveRunID
+			return nil
+		}
+		switch d.Kind {
+		case store.DeadJob:
+			t, err := in.Task("", history.ActivityScheduled{Activity: d.Type, Queue: d.Queue, Input: d.Payload, Options: d.Options})
+			if err != nil {
+				return err
+			}
+			t.IdempotencyKey = d.IdempotencyKey
+			if err := insertActivityTask(ctx, tx, "", t, in.Now); err != nil {
+				return err
+			}
+			res.Ready.ActivityQueues = []string{t.Queue}
+		case store.DeadWorkflow:
+			if err := s.reopenRun(ctx, tx, d, in, &res); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("dead letter %d has unknown kind %q", d.ID, d.Kind)
+		}
+		if _, err := tx.Exec(ctx, markRedrivenSQL, d.ID, in.Now, nilIfEmpty(res.RunID)); err != nil {
+			return err
+		}
+		res.Redriven = true
+		return nil
+	})
+	if err != nil {
+		return store.RedriveResult{}, fmt.Errorf("redrive dead letter %d: %w", in.ID, err)
+	}
+	return res, nil
+}
+
+// reopenRun continues a failed run in a new one: its history up to the last
+// activity failure, with that activity scheduled again; or, when no activity
+// failed, up to the workflow's failure, with a workflow task.
+func (s *Store) reopenRun(ctx context.Context, tx pgx.Tx, d store.DeadLetter, in store.RedriveParams, res *store.RedriveResult) error {
+	events, err := s.WithTx(tx).ListEvents(ctx, d.RunID, 0)
+	if err != nil {
+		return err
+	}
+	cut := int64(len(events)) + 1
+	var failed *history.ActivityFailed
+	for i := len(events) - 1; i >= 0; i-- {
+		switch a := events[i].Attributes.(type) {
+		case history.ActivityFailed:
+			failed, cut = &a, events[i].ID
+		case history.WorkflowFailed:
+			if failed == nil {
+				cut = events[i].ID
+			}
+		}
+		if failed != nil {
+			break
+		}
+	}
+	var n int
+	err = tx.QueryRow(ctx, reopenRunSQL, pgx.NamedArgs{"new_run": in.NewRunID, "old_run": d.RunID, "cut": cut, "now": in.Now}).Scan(&n)
+	if err != nil {
+		return translate(err)
+	}
+	if n == 0 {
+		return fmt.Errorf("workflow %q has an open run: %w", d.WorkflowID, store.ErrConflict)
+	}
+	res.RunID = in.NewRunID
+	if failed == nil {
+		_, err := tx.Exec(ctx, `INSERT INTO durable_workflow_tasks (run_id, queue, run_after) VALUES ($1, $2, $3)`, in.NewRunID, d.Queue, in.Now)
+		res.Ready.WorkflowQueues = []string{d.Queue}
+		return err
+	}
+	for _, ev := range events[:cut-1] {
+		if a, ok := ev.Attributes.(history.ActivityScheduled); ok && a.Seq == failed.Seq {
+			t, err := in.Task(in.NewRunID, a)
+			if err != nil {
+				return err
+			}
+			res.Ready.ActivityQueues = []string{t.Queue}
+			return insertActivityTask(ctx, tx, in.NewRunID, t, in.Now)
+		}
+	}
+	return fmt.Errorf("run %s: no ActivityScheduled for the failed activity (seq %d)", d.RunID, failed.Seq)
+}
+
+func insertActivityTask(ctx context.Context, tx pgx.Tx, runID string, t store.NewActivityTask, now time.Time) error {
+	_, err := tx.Exec(ctx, insertActivityTaskSQL, pgx.NamedArgs{
+		"run_id": nilIfEmpty(runID), "seq": t.Seq, "activity": t.Activity, "queue": t.Queue, "input": jsonArg(t.Input),
+		"key": t.IdempotencyKey, "options": jsonArg(t.Options), "max_attempts": t.MaxAttempts,
+		"lease_ms": t.Lease.Milliseconds(), "run_after": t.RunAfter, "now": now,
+	})
+	return err
+}
+
+func nilIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
