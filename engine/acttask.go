@@ -123,7 +123,10 @@ func (h *heartbeater) beat(ctx context.Context, details []byte) error {
 	if time.Since(h.last) < h.lease/5 {
 		return nil
 	}
-	err := h.e.store.HeartbeatActivity(ctx, store.HeartbeatParams{
+	// The write must not fail because the attempt is being cut short.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.lease)
+	defer cancel()
+	err := h.e.store.HeartbeatActivity(wctx, store.HeartbeatParams{
 		TaskID: h.t.ID, Attempt: h.t.Attempt, Details: details, LockedUntil: h.e.now().Add(h.lease),
 	})
 	if errors.Is(err, store.ErrLeaseLost) {

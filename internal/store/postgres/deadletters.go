@@ -82,7 +82,7 @@ ON CONFLICT (idempotency_key) DO NOTHING`
 WITH run AS (
     INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id,
         processed_event_id, created_at, updated_at)
-    SELECT @new_run, workflow_id, workflow_type, queue, 'running', input, @cut, @cut - 1, @now, @now
+    SELECT @new_run, workflow_id, workflow_type, queue, 'running', input, @cut::bigint, @cut::bigint - 1, @now, @now
     FROM durable_runs WHERE run_id = @old_run
     ON CONFLICT (workflow_id) WHERE status = 'running' DO NOTHING
     RETURNING run_id
@@ -90,7 +90,7 @@ WITH run AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
     SELECT run.run_id, e.event_id, e.type, e.attributes, e.created_at
     FROM run, durable_events e
-    WHERE e.run_id = @old_run AND e.event_id < @cut
+    WHERE e.run_id = @old_run AND e.event_id < @cut::bigint
 )
 SELECT count(*) FROM run`
 )
