@@ -97,4 +97,3 @@ func (e *Engine) RedriveAll(ctx context.Context, f DeadLetterFilter) (int, error
 	}
 	return n, nil
 }
-
