@@ -49,7 +49,7 @@ type Options struct {
 	// Default math/rand/v2.Float64. Tests pass a fixed source.
 	RandFunc func() float64
 	// SkipMigrate leaves the schema alone in New: for people who apply
-	// migrations with their own tools (`durable migrate --print`).
+	// migrations with their own tools (`durable migrate print`).
 	SkipMigrate bool
 }
 

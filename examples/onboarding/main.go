@@ -21,8 +21,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/engine"
+	"github.com/durable-go/durable/examples/onboarding/onboard"
 )
 
 func main() {
@@ -44,7 +44,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	svc.out, svc.setupCompleted = out, *completed
+	onboard.Configure(out, *completed)
 
 	pool, err := pgxpool.New(ctx, *db)
 	if err != nil {
@@ -58,7 +58,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := register(eng); err != nil {
+	if err := onboard.Register(eng); err != nil {
 		return err
 	}
 	runCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
@@ -69,8 +69,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		<-engineDone
 	}()
 
-	in := OnboardInput{Email: *email, PaymentMethod: "card_4242", Cents: 4900, SetupGrace: *week}
-	r, err := engine.Start(ctx, eng, Onboard, in, engine.StartOptions{ID: "onboard:" + *email})
+	in := onboard.OnboardInput{Email: *email, PaymentMethod: "card_4242", Cents: 4900, SetupGrace: *week}
+	r, err := engine.Start(ctx, eng, onboard.Onboard, in, engine.StartOptions{ID: "onboard:" + *email})
 	if err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 
 	// Wait for the result, saying what the run is doing now and then.
 	resc := make(chan error, 1)
-	var res OnboardResult
+	var res onboard.OnboardResult
 	go func() {
 		var err error
 		res, err = r.Result(ctx)
@@ -108,17 +108,6 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			}
 		}
 	}
-}
-
-func register(eng *engine.Engine) error {
-	return errors.Join(
-		engine.RegisterWorkflow(eng, Onboard, engine.WorkflowOptions{}),
-		engine.RegisterActivity(eng, ChargeCard, activity.Options{Retry: activity.RetryPolicy{MaximumAttempts: 5}}),
-		engine.RegisterActivity(eng, ProvisionAccount, activity.Options{}),
-		engine.RegisterActivity(eng, SendWelcomeEmail, activity.Options{}),
-		engine.RegisterActivity(eng, HasCompletedSetup, activity.Options{}),
-		engine.RegisterActivity(eng, SendNudgeEmail, activity.Options{}),
-	)
 }
 
 // status describes a waiting run: the timer it sleeps on, if any.

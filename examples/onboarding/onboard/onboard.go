@@ -1,7 +1,11 @@
-package main
+// Package onboard is the seed article's onboarding flow as a durable
+// workflow: charge the card, provision the account, send the welcome email,
+// sleep a week, check that setup was completed, and nudge if not.
+package onboard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -9,6 +13,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/activity"
+	"github.com/durable-go/durable/engine"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -88,6 +93,26 @@ type services struct {
 }
 
 var svc = &services{out: io.Discard}
+
+// Configure sets where the stand-in services print, and whether the
+// customer completes setup during the week.
+func Configure(out io.Writer, setupCompleted bool) {
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	svc.out, svc.setupCompleted = out, setupCompleted
+}
+
+// Register registers the workflow and its activities on e.
+func Register(e *engine.Engine) error {
+	return errors.Join(
+		engine.RegisterWorkflow(e, Onboard, engine.WorkflowOptions{}),
+		engine.RegisterActivity(e, ChargeCard, activity.Options{Retry: activity.RetryPolicy{MaximumAttempts: 5}}),
+		engine.RegisterActivity(e, ProvisionAccount, activity.Options{}),
+		engine.RegisterActivity(e, SendWelcomeEmail, activity.Options{}),
+		engine.RegisterActivity(e, HasCompletedSetup, activity.Options{}),
+		engine.RegisterActivity(e, SendNudgeEmail, activity.Options{}),
+	)
+}
 
 func (s *services) say(ctx context.Context, format string, args ...any) {
 	s.mu.Lock()

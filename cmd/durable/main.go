@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/store/postgres"
+)
+
+// Exit codes, documented in the root command's long help.
+const (
+	exitOK          = 0
+	exitFailure     = 1
+	exitUsage       = 2
+	exitNotFound    = 3
+	exitUnreachable = 4
+	exitSchema      = 5
+)
+
+// defaultURL is the database used when neither --db nor DATABASE_URL is set.
+const defaultURL = "postgres://postgres@127.0.0.1:5432/postgres"
+
+// connectTimeout bounds connecting when the URL sets no connect_timeout.
+const connectTimeout = 10 * time.Second
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes the command line args and returns the process's exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := &app{stderr: stderr}
+	defer a.close()
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if !errors.As(err, &ee) {
+		// Errors that do not come from an action come from cobra: an
+		// unknown command or flag, a wrong number of arguments.
+		ee = &exitError{code: exitUsage, err: err}
+	}
+	fmt.Fprintf(stderr, "durable: %v\n", ee.err)
+	if ee.code == exitUsage {
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	}
+	return ee.code
+}
+
+// exitError carries the exit code an error calls for.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageError marks err as the caller's mistake (exit code 2).
+func usageError(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// notFound marks err as naming something that does not exist (exit code 3).
+func notFound(format string, args ...any) error {
+	return &exitError{code: exitNotFound, err: fmt.Errorf(format, args...)}
+}
+
+// classify gives err the exit code it calls for, unless it has one.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	var ce *pgconn.ConnectError
+	switch {
+	case errors.As(err, &ce):
+		return &exitError{code: exitUnreachable, err: err}
+	case errors.Is(err, store.ErrNotFound):
+		return &exitError{code: exitNotFound, err: err}
+	}
+	return &exitError{code: exitFailure, err: err}
+}
+
+// action adapts fn to cobra, classifying its errors for the exit code.
+func action(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		return classify(fn(cmd, args))
+	}
+}
+
+// app holds the global flags and the database connection, opened on first
+// use.
+type app struct {
+	dbURL  string
+	json   bool
+	stderr io.Writer
+	pool   *pgxpool.Pool
+}
+
+func (a *app) close() {
+	if a.pool != nil {
+		a.pool.Close()
+	}
+}
+
+const rootLong = `durable operates a durable workflow engine's PostgreSQL database: it applies
+and prints the schema migrations, and lists and inspects workflow runs and
+their histories. It talks to the database only; no worker needs to run.
+
+The database is --db, else $DATABASE_URL, else ` + defaultURL + `.
+Output is for people; --json gives machine output instead. Workflow inputs
+and results are printed only when asked for with --payloads.
+
+Exit codes:
+  0  ok
+  1  error
+  2  usage error: unknown command or flag, bad flag value, wrong arguments
+  3  not found: no workflow or run with that ID
+  4  database unreachable: check --db or DATABASE_URL, and that PostgreSQL runs
+  5  schema out of date: the database is behind this binary; run ` + "`durable migrate`"
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "durable",
+		Short: "Operate a durable workflow database: migrate, list and inspect runs",
+		Long:  rootLong,
+		Example: `  durable migrate
+  durable workflow list --status running --since 24h
+  durable workflow describe onboard:ada@example.com
+  durable workflow history onboard:ada@example.com --json`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.PersistentFlags().StringVar(&a.dbURL, "db", "",
+		"PostgreSQL URL (default $DATABASE_URL, else "+defaultURL+")")
+	root.PersistentFlags().BoolVar(&a.json, "json", false, "print machine-readable JSON")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &exitError{code: exitUsage, err: err}
+	})
+	root.AddCommand(a.migrateCommand(), a.workflowCommand())
+	return root
+}
+
+// groupCommand returns a command that only holds subcommands: alone it
+// prints its help, with an argument it is a usage error.
+func groupCommand(use, short, long string) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long:  long,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError("unknown command %q for %q", args[0], cmd.CommandPath())
+			}
+			return cmd.Help()
+		},
+	}
+}
+
+// exactArgs is cobra.ExactArgs with an error that names the arguments.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageError("%s takes %s, got %d argument(s)", cmd.CommandPath(), names, len(args))
+		}
+		return nil
+	}
+}
+
+// url returns the database URL to use.
+func (a *app) url() string {
+	if a.dbURL != "" {
+		return a.dbURL
+	}
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u
+	}
+	return defaultURL
+}
+
+// connect opens the pool and checks that the database answers.
+func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
+	if a.pool != nil {
+		return a.pool, nil
+	}
+	cfg, err := pgxpool.ParseConfig(a.url())
+	if err != nil {
+		// The parse error may quote the URL, password and all.
+		return nil, usageError("--db is not a valid PostgreSQL URL or DSN: want postgres://user@host:port/database")
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = connectTimeout
+	}
+	cfg.MaxConns = 4
+	target := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, &exitError{code: exitUnreachable, err: fmt.Errorf("connect to %s: %w", target, err)}
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &exitError{code: exitUnreachable, err: fmt.Errorf(
+			"cannot reach the database at %s: %w\ncheck --db (or DATABASE_URL) and that PostgreSQL is running and accepts this user", target, err)}
+	}
+	a.pool = pool
+	return pool, nil
+}
+
+// store connects and checks that the schema is what this binary needs.
+func (a *app) store(ctx context.Context) (*postgres.Store, error) {
+	pool, err := a.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v, err := postgres.CurrentVersion(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	switch want := postgres.SchemaVersion(); {
+	case v < want:
+		return nil, &exitError{code: exitSchema, err: fmt.Errorf(
+			"database schema is at version %d, this binary needs %d: run `durable migrate` (or apply `durable migrate print` with your own tools)", v, want)}
+	case v > want:
+		fmt.Fprintf(a.stderr, "durable: warning: database schema is at version %d, newer than this binary's %d: upgrade durable\n", v, want)
+	}
+	return postgres.New(pool), nil
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/durable-go/durable/internal/store/postgres"
+)
+
+func (a *app) migrateCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply the schema migrations the database lacks",
+		Long: `migrate applies the schema migrations this binary embeds and the database
+lacks, each in its own transaction, and prints what it applied. It holds an
+advisory lock while it works, so it is safe to run from several places at
+once (engine.New does the same unless Options.SkipMigrate is set).
+
+Migrations only go forward. To apply them with your own tools instead, take
+the SQL from 'durable migrate print'.`,
+		Args: cobra.NoArgs,
+		RunE: action(func(cmd *cobra.Command, _ []string) error {
+			pool, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			applied, err := postgres.Migrate(cmd.Context(), pool)
+			if err != nil {
+				return err
+			}
+			v, err := postgres.CurrentVersion(cmd.Context(), pool)
+			if err != nil {
+				return err
+			}
+			names := migrationNames()
+			out := migrateOutput{Applied: []migrationRef{}, Version: v}
+			for _, av := range applied {
+				out.Applied = append(out.Applied, migrationRef{Version: av, Name: names[av]})
+			}
+			if a.json {
+				return writeJSON(cmd.OutOrStdout(), out)
+			}
+			w := cmd.OutOrStdout()
+			for _, m := range out.Applied {
+				fmt.Fprintf(w, "applied %s\n", m.Name)
+			}
+			if len(out.Applied) == 0 {
+				fmt.Fprintf(w, "schema is up to date at version %d: nothing to apply\n", v)
+			} else {
+				fmt.Fprintf(w, "schema is at version %d\n", v)
+			}
+			return nil
+		}),
+	}
+	cmd.AddCommand(a.migrateStatusCommand(), a.migratePrintCommand())
+	return cmd
+}
+
+type migrationRef struct {
+	Version int    `json:"version"`
+	Name    string `json:"name"`
+}
+
+type migrateOutput struct {
+	Applied []migrationRef `json:"applied"`
+	Version int            `json:"version"`
+}
+
+func migrationNames() map[int]string {
+	names := map[int]string{}
+	for _, m := range postgres.Migrations() {
+		names[m.Version] = m.Name
+	}
+	return names
+}
+
+type migrationStatus struct {
+	Version int    `json:"version"`
+	Name    string `json:"name"`
+	// AppliedAt is nil for a migration the database lacks.
+	AppliedAt *time.Time `json:"applied_at"`
+	// Known is false for a migration the database has and this binary does
+	// not embed (a newer binary applied it).
+	Known bool `json:"known"`
+}
+
+type statusOutput struct {
+	Current    int               `json:"current"`
+	Needed     int               `json:"needed"`
+	UpToDate   bool              `json:"up_to_date"`
+	Migrations []migrationStatus `json:"migrations"`
+}
+
+func (a *app) migrateStatusCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the database's schema version and the version this binary needs",
+		Long: `status prints each migration this binary embeds, and any the database has
+that it does not, with when it was applied; then the database's schema
+version against the version this binary needs.
+
+It exits 0 when the database is up to date (or ahead), and 5 when it is
+behind: then run 'durable migrate'.`,
+		Args: cobra.NoArgs,
+		RunE: action(func(cmd *cobra.Command, _ []string) error {
+			pool, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			current, err := postgres.CurrentVersion(cmd.Context(), pool)
+			if err != nil {
+				return err
+			}
+			applied, err := postgres.New(pool).ListAppliedMigrations(cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := statusOutput{Current: current, Needed: postgres.SchemaVersion(), Migrations: []migrationStatus{}}
+			out.UpToDate = out.Current >= out.Needed
+			byVersion := map[int]postgres.AppliedMigration{}
+			for _, m := range applied {
+				byVersion[m.Version] = m
+			}
+			for _, m := range postgres.Migrations() {
+				s := migrationStatus{Version: m.Version, Name: m.Name, Known: true}
+				if am, ok := byVersion[m.Version]; ok {
+					s.AppliedAt = &am.AppliedAt
+					delete(byVersion, m.Version)
+				}
+				out.Migrations = append(out.Migrations, s)
+			}
+			for _, am := range applied {
+				if _, unknown := byVersion[am.Version]; unknown {
+					out.Migrations = append(out.Migrations, migrationStatus{Version: am.Version, Name: am.Name, AppliedAt: &am.AppliedAt})
+				}
+			}
+
+			if a.json {
+				if err := writeJSON(cmd.OutOrStdout(), out); err != nil {
+					return err
+				}
+			} else {
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "VERSION\tNAME\tAPPLIED")
+				for _, m := range out.Migrations {
+					at := "pending"
+					if m.AppliedAt != nil {
+						at = formatTime(*m.AppliedAt)
+					}
+					if !m.Known {
+						at += " (unknown to this binary)"
+					}
+					fmt.Fprintf(tw, "%d\t%s\t%s\n", m.Version, clean(m.Name), at)
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				switch {
+				case out.Current > out.Needed:
+					fmt.Fprintf(cmd.OutOrStdout(), "schema is at version %d, newer than this binary's %d: upgrade durable\n", out.Current, out.Needed)
+				case out.UpToDate:
+					fmt.Fprintf(cmd.OutOrStdout(), "schema is at version %d: up to date\n", out.Current)
+				}
+			}
+			if !out.UpToDate {
+				return &exitError{code: exitSchema, err: fmt.Errorf(
+					"database schema is at version %d, this binary needs %d: run `durable migrate`", out.Current, out.Needed)}
+			}
+			return nil
+		}),
+	}
+}
+
+func (a *app) migratePrintCommand() *cobra.Command {
+	var after int
+	cmd := &cobra.Command{
+		Use:   "print",
+		Short: "Print the SQL of the migrations, to apply with your own tools",
+		Long: `print writes the SQL of the migrations this binary embeds as one script, for
+people who apply migrations with their own tools. Like 'durable migrate', the
+script creates durable_schema_migrations and runs each migration in its own
+transaction that also records it there, so engines started with
+Options.SkipMigrate find the schema current. It does not touch the database.
+
+--after N leaves out the migrations up to version N: those the database has
+(see 'durable migrate status'). With --json it prints the migrations as an
+array of {version, name, sql}, without the bookkeeping.`,
+		Example: `  durable migrate print | psql "$DATABASE_URL" -v ON_ERROR_STOP=1
+  durable migrate print --after 1 > upgrade.sql`,
+		Args: cobra.NoArgs,
+		RunE: action(func(cmd *cobra.Command, _ []string) error {
+			if after < 0 {
+				return usageError("--after must not be negative, got %d", after)
+			}
+			if a.json {
+				type migration struct {
+					Version int    `json:"version"`
+					Name    string `json:"name"`
+					SQL     string `json:"sql"`
+				}
+				ms := []migration{}
+				for _, m := range postgres.Migrations() {
+					if m.Version > after {
+						ms = append(ms, migration{Version: m.Version, Name: m.Name, SQL: m.SQL})
+					}
+				}
+				return writeJSON(cmd.OutOrStdout(), ms)
+			}
+			_, err := fmt.Fprint(cmd.OutOrStdout(), postgres.MigrationScript(after))
+			return err
+		}),
+	}
+	cmd.Flags().IntVar(&after, "after", 0, "leave out the migrations up to this version")
+	return cmd
+}
