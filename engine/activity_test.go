@@ -447,3 +447,41 @@ func TestRedriveFailedWorkflowResumesAtTheFailedActivity(t *testing.T) {
 	require.False(t, twice.Redriven)
 	require.Equal(t, res.RunID, twice.RunID)
 }
+
+func TestRedriveAfterAHandledFailureDoesNotRerunLaterActivities(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	e := newEngine(t, pool, engine.Options{})
+	var notified atomic.Int32
+	declined := func(context.Context, int) (int, error) { return 0, activity.Permanent(errors.New("declined")) }
+	notify := func(context.Context, int) (int, error) { notified.Add(1); return 0, nil }
+	wf := func(ctx workflow.Context, n int) (int, error) {
+		if _, err := workflow.ExecuteActivity(ctx, declined, n).Get(ctx); err == nil {
+			return 0, nil
+		}
+		// Handled: tell the customer, then give up.
+		if _, err := workflow.ExecuteActivity(ctx, notify, n).Get(ctx); err != nil {
+			return 0, err
+		}
+		return 0, errors.New("order abandoned")
+	}
+	require.NoError(t, engine.RegisterActivity(e, declined, activity.Options{Name: "Declined"}))
+	require.NoError(t, engine.RegisterActivity(e, notify, activity.Options{Name: "Notify"}))
+	require.NoError(t, engine.RegisterWorkflow(e, wf, engine.WorkflowOptions{Name: "Abandons"}))
+	run(t, e)
+	ctx := resultCtx(t)
+	r, err := engine.Start(ctx, e, wf, 1, engine.StartOptions{ID: "abandons"})
+	require.NoError(t, err)
+	_, err = r.Result(ctx)
+	require.Error(t, err)
+	d := waitDeadLetter(t, e, engine.DeadWorkflow)
+
+	res, err := e.Redrive(ctx, d.ID)
+	require.NoError(t, err)
+	again, err := engine.GetRun[int](ctx, e, "abandons")
+	require.NoError(t, err)
+	require.Equal(t, res.RunID, again.RunID)
+	_, err = again.Result(ctx)
+	require.ErrorContains(t, err, "order abandoned", "the redriven run replays to the same decision")
+	require.Equal(t, int32(1), notified.Load(), "the activity after the handled failure did not run again")
+}

@@ -218,7 +218,9 @@ func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs
 		return
 	case rateLimited && t.RateLimited < policy.MaximumRateLimitedRetries:
 		retry.RunAfter, retry.RateLimited = now.Add(after), true
-	case policy.MaximumAttempts > 0 && t.Attempt >= policy.MaximumAttempts:
+	case t.MaxAttempts > 0 && t.Attempt >= t.MaxAttempts:
+		// The task's budget: the policy's, plus rate-limited retries and
+		// attempts given back on shutdown.
 		e.resolveFailed(ctx, t, attrs, cause, class, t.Attempt)
 		return
 	default:
@@ -233,7 +235,11 @@ func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs
 		append(attrs, slog.String("error", cause.Error()), slog.String("class", class), slog.Time("retry_at", retry.RunAfter))...)
 	if err := e.store.RetryActivity(ctx, retry); err != nil {
 		e.logLostWrite(ctx, "record activity retry", attrs, err)
+		return
 	}
+	// Wake the queue's pollers: they look again and sleep until the retry
+	// is due, instead of until the end of the lease they saw.
+	e.hub.publish("a:" + t.Queue)
 }
 
 func (e *Engine) resolveFailed(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, class string, attempts int) {

@@ -9,4 +9,10 @@
 // deletes the timer's row. Any number of scanners may run against one database;
 // each timer fires exactly once, and never before its time by the engine's
 // clock.
+//
+// A timer canceled by workflow code (workflow.Timer.Cancel) loses its row in
+// the transaction that commits the cancellation; if it fired just before, the
+// workflow ignores the TimerFired event. Because "due" is measured by
+// [Options].NowFunc, a test that moves the clock (package durabletest) makes
+// a week-long timer fire at once.
 package timer

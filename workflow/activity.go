@@ -32,7 +32,7 @@ func ExecuteActivity[In, Out any](ctx Context, fn func(context.Context, In) (Out
 		return failedFuture[Out](name, fmt.Errorf("encode options of activity %s: %w", name, err))
 	}
 	seq := x.nextSeq()
-	f := &future{name: "activity " + name}
+	f := &future{name: "activity " + name, activity: name}
 	x.futures[seq] = f
 	x.command(history.ActivityScheduled{Seq: seq, Activity: name, Queue: opts.Queue, Input: input, Options: encoded})
 	return typedFuture[Out]{f}

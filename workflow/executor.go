@@ -67,7 +67,7 @@ func (x *executor) LastEventID() int64 { return x.lastEventID }
 // lost by dropping it from memory.
 func (x *executor) OnlyTimers() bool {
 	for _, f := range x.futures {
-		if f.name != "timer" {
+		if f.activity != "" {
 			return false
 		}
 	}
@@ -130,7 +130,7 @@ func (x *executor) apply(ev history.Event) error {
 		if err != nil {
 			return err
 		}
-		f.settle(nil, &ActivityError{Activity: f.name, Message: a.Failure.Message, Class: a.Failure.Class, Attempts: a.Failure.Attempts})
+		f.settle(nil, &ActivityError{Activity: f.activity, Message: a.Failure.Message, Class: a.Failure.Class, Attempts: a.Failure.Attempts})
 	case history.TimerFired:
 		if x.canceled[a.Seq] {
 			// Fired before the cancellation committed; the code has moved on.

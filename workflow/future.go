@@ -17,10 +17,11 @@ type Future[T any] interface {
 
 // future is the untyped state behind a Future.
 type future struct {
-	name  string // what it waits for, for errors
-	ready bool
-	value json.RawMessage
-	err   error
+	name     string // what it waits for, for errors
+	activity string // the activity's name, for an activity's future
+	ready    bool
+	value    json.RawMessage
+	err      error
 }
 
 func (f *future) settle(v json.RawMessage, err error) {
