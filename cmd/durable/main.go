@@ -160,7 +160,7 @@ func (a *app) rootCommand() *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err}
 	})
-	root.AddCommand(a.migrateCommand(), a.workflowCommand())
+	root.AddCommand(a.migrateCommand(), a.workflowCommand(), a.dlqCommand(), a.statsCommand())
 	return root
 }
 

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/durable-go/durable/internal/store"
 )
 
 // The reads in this file serve operators (the durable command), not the
@@ -229,4 +231,221 @@ func nullTime(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+const nowSQL = `SELECT now()`
+
+// Now returns the database server's clock, for operator reads that have no
+// engine clock of their own to compare against.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := s.db.QueryRow(ctx, nowSQL).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("read the database clock: %w", err)
+	}
+	return now, nil
+}
+
+// TaskStats counts one queue's workflow or activity tasks at a moment.
+type TaskStats struct {
+	// Ready tasks may be claimed: their run_after has passed. A task whose
+	// lease ran out is ready again.
+	Ready int
+	// Running tasks are claimed and their lease holds.
+	Running int
+	// Waiting tasks are due later and not running: delayed jobs, activities
+	// waiting to retry.
+	Waiting int
+	// OldestReady is when the longest-waiting ready task became ready, or
+	// nil if none is ready.
+	OldestReady *time.Time
+}
+
+// QueueStats is the work of one queue at a moment.
+type QueueStats struct {
+	Queue         string
+	WorkflowTasks TaskStats
+	ActivityTasks TaskStats
+	// Timers counts the queue's runs' timers that have not fired.
+	Timers int
+	// NextTimer is when the earliest of them fires, or nil.
+	NextTimer *time.Time
+}
+
+// queueStatsSQL counts tasks and timers per queue. A claim moves run_after
+// to the end of its lease, so run_after <= now alone means ready.
+const queueStatsSQL = `
+WITH wt AS (
+    SELECT queue,
+        count(*) FILTER (WHERE run_after <= @now) AS ready,
+        count(*) FILTER (WHERE locked_by IS NOT NULL AND locked_until > @now) AS running,
+        count(*) FILTER (WHERE run_after > @now AND (locked_by IS NULL OR locked_until IS NULL OR locked_until <= @now)) AS waiting,
+        min(run_after) FILTER (WHERE run_after <= @now) AS oldest_ready
+    FROM durable_workflow_tasks
+    GROUP BY queue
+), at AS (
+    SELECT queue,
+        count(*) FILTER (WHERE run_after <= @now) AS ready,
+        count(*) FILTER (WHERE locked_by IS NOT NULL AND locked_until > @now) AS running,
+        count(*) FILTER (WHERE run_after > @now AND (locked_by IS NULL OR locked_until IS NULL OR locked_until <= @now)) AS waiting,
+        min(run_after) FILTER (WHERE run_after <= @now) AS oldest_ready
+    FROM durable_activity_tasks
+    GROUP BY queue
+), tm AS (
+    SELECT queue, count(*) AS pending, min(fire_at) AS next_fire
+    FROM durable_timers
+    GROUP BY queue
+)
+SELECT q.queue,
+    coalesce(wt.ready, 0), coalesce(wt.running, 0), coalesce(wt.waiting, 0), wt.oldest_ready,
+    coalesce(at.ready, 0), coalesce(at.running, 0), coalesce(at.waiting, 0), at.oldest_ready,
+    coalesce(tm.pending, 0), tm.next_fire
+FROM (SELECT queue FROM wt UNION SELECT queue FROM at UNION SELECT queue FROM tm) q
+LEFT JOIN wt ON wt.queue = q.queue
+LEFT JOIN at ON at.queue = q.queue
+LEFT JOIN tm ON tm.queue = q.queue
+ORDER BY q.queue`
+
+// QueueStats returns, for every queue with tasks or timers, in name order,
+// its ready, running and waiting tasks and pending timers as of now.
+func (s *Store) QueueStats(ctx context.Context, now time.Time) ([]QueueStats, error) {
+	rows, err := s.db.Query(ctx, queueStatsSQL, pgx.NamedArgs{"now": now})
+	if err != nil {
+		return nil, fmt.Errorf("queue stats: %w", err)
+	}
+	qs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (QueueStats, error) {
+		var q QueueStats
+		w, a := &q.WorkflowTasks, &q.ActivityTasks
+		err := row.Scan(&q.Queue, &w.Ready, &w.Running, &w.Waiting, &w.OldestReady,
+			&a.Ready, &a.Running, &a.Waiting, &a.OldestReady, &q.Timers, &q.NextTimer)
+		return q, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue stats: %w", err)
+	}
+	return qs, nil
+}
+
+// DeadLetterStats counts the dead letters of one kind not redriven yet.
+type DeadLetterStats struct {
+	// Kind is store.DeadJob or store.DeadWorkflow.
+	Kind    string
+	Pending int
+	// OldestPending is when the oldest of them was dead-lettered, or nil.
+	OldestPending *time.Time
+}
+
+const deadLetterStatsSQL = `
+SELECT k.kind, count(d.id), min(d.dead_lettered_at)
+FROM unnest(@kinds::text[]) AS k(kind)
+LEFT JOIN durable_dead_letters d ON d.kind = k.kind AND d.redriven_at IS NULL
+GROUP BY k.kind
+ORDER BY k.kind`
+
+// DeadLetterStats returns the pending dead letters of each kind, jobs
+// first; a kind with none has a row all the same.
+func (s *Store) DeadLetterStats(ctx context.Context) ([]DeadLetterStats, error) {
+	rows, err := s.db.Query(ctx, deadLetterStatsSQL, pgx.NamedArgs{"kinds": []string{store.DeadJob, store.DeadWorkflow}})
+	if err != nil {
+		return nil, fmt.Errorf("dead letter stats: %w", err)
+	}
+	ds, err := pgx.CollectRows(rows, pgx.RowToStructByPos[DeadLetterStats])
+	if err != nil {
+		return nil, fmt.Errorf("dead letter stats: %w", err)
+	}
+	return ds, nil
+}
+
+// ActivityStats sums up how one activity type's executions in workflows
+// ended over a window. Standalone jobs keep no history, so they are not
+// counted; those that fail for good are dead letters.
+type ActivityStats struct {
+	Activity string
+	// Completed and Failed count the activities that completed, or failed
+	// for good (retries spent, or a permanent error).
+	Completed int
+	Failed    int
+	// Mean, P50 and P95 are the times from scheduled to completed of the
+	// completed ones (retries included); zero when none completed. An
+	// activity redriven with its workflow counts from the redrive.
+	Mean, P50, P95 time.Duration
+}
+
+// activityStatsSQL joins each activity_completed and activity_failed event
+// to its activity_scheduled event (same run, same seq) for the activity's
+// name and start. A redriven run begins with a copy of the failed run's
+// history, times and all; the NOT EXISTS leaves those copies out, so that
+// each ending counts once, in the run where it happened.
+const activityStatsSQL = `
+SELECT s.attributes->>'activity',
+    count(*) FILTER (WHERE e.type = 'activity_completed'),
+    count(*) FILTER (WHERE e.type = 'activity_failed'),
+    avg(d.secs) FILTER (WHERE e.type = 'activity_completed'),
+    percentile_cont(0.5) WITHIN GROUP (ORDER BY d.secs) FILTER (WHERE e.type = 'activity_completed'),
+    percentile_cont(0.95) WITHIN GROUP (ORDER BY d.secs) FILTER (WHERE e.type = 'activity_completed')
+FROM durable_events e
+JOIN durable_runs r ON r.run_id = e.run_id
+JOIN durable_events s ON s.run_id = e.run_id AND s.type = 'activity_scheduled'
+    AND (s.attributes->>'seq')::bigint = (e.attributes->>'seq')::bigint
+CROSS JOIN LATERAL (
+    SELECT extract(epoch FROM e.created_at - greatest(s.created_at, r.created_at))::float8 AS secs
+) d
+WHERE e.type IN ('activity_completed', 'activity_failed')
+  AND e.created_at >= @since
+  AND NOT EXISTS (
+    SELECT 1 FROM durable_dead_letters dl
+    JOIN durable_events o ON o.run_id = dl.run_id
+    WHERE dl.redrive_run_id = e.run_id AND o.event_id = e.event_id AND o.created_at = e.created_at)
+GROUP BY 1
+ORDER BY 1`
+
+// ActivityStats returns, per activity type in name order, how many
+// activities completed or failed for good at or after since, and how long
+// the completed ones took.
+func (s *Store) ActivityStats(ctx context.Context, since time.Time) ([]ActivityStats, error) {
+	rows, err := s.db.Query(ctx, activityStatsSQL, pgx.NamedArgs{"since": since})
+	if err != nil {
+		return nil, fmt.Errorf("activity stats: %w", err)
+	}
+	as, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ActivityStats, error) {
+		var (
+			a              ActivityStats
+			mean, p50, p95 *float64
+		)
+		err := row.Scan(&a.Activity, &a.Completed, &a.Failed, &mean, &p50, &p95)
+		a.Mean, a.P50, a.P95 = seconds(mean), seconds(p50), seconds(p95)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("activity stats: %w", err)
+	}
+	return as, nil
+}
+
+// seconds converts a nullable number of seconds to a duration; NULL is zero.
+func seconds(f *float64) time.Duration {
+	if f == nil {
+		return 0
+	}
+	return time.Duration(*f * float64(time.Second))
+}
+
+const listPendingDeadLetterIDsSQL = `
+SELECT id FROM durable_dead_letters
+WHERE redriven_at IS NULL
+  AND (@kind::text IS NULL OR kind = @kind)
+  AND (@type::text IS NULL OR type = @type)
+ORDER BY id`
+
+// ListPendingDeadLetterIDs returns the IDs of every dead letter not redriven
+// yet, of kind and type if they are not empty, oldest first.
+func (s *Store) ListPendingDeadLetterIDs(ctx context.Context, kind, typ string) ([]int64, error) {
+	rows, err := s.db.Query(ctx, listPendingDeadLetterIDsSQL, pgx.NamedArgs{"kind": nullString(kind), "type": nullString(typ)})
+	if err != nil {
+		return nil, fmt.Errorf("list pending dead letters: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("list pending dead letters: %w", err)
+	}
+	return ids, nil
 }

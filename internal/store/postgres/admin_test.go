@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -260,4 +261,239 @@ func tableNames(t *testing.T, pool *pgxpool.Pool) []string {
 	require.NoError(t, err)
 	require.NotEmpty(t, names)
 	return names
+}
+
+func TestQueueStats(t *testing.T) {
+	t.Parallel()
+	b := adminSetup(t)
+	at := func(d time.Duration) *time.Time { x := b.t0.Add(d); return &x }
+
+	tests := []struct {
+		name string
+		now  time.Time
+		want []postgres.QueueStats
+	}{
+		{
+			// mail-1's workflow task is claimed until t0+11m; order-2's
+			// activity waits to retry at t0+10m30s.
+			"WhileClaimed", b.t0.Add(10 * time.Minute), []postgres.QueueStats{{
+				Queue:         "q",
+				WorkflowTasks: postgres.TaskStats{Running: 1},
+				ActivityTasks: postgres.TaskStats{Waiting: 1},
+				Timers:        1, NextTimer: at(70 * time.Minute),
+			}},
+		},
+		{
+			"LeaseRanOut", b.t0.Add(20 * time.Minute), []postgres.QueueStats{{
+				Queue:         "q",
+				WorkflowTasks: postgres.TaskStats{Ready: 1, OldestReady: at(11 * time.Minute)},
+				ActivityTasks: postgres.TaskStats{Ready: 1, OldestReady: at(10*time.Minute + 30*time.Second)},
+				Timers:        1, NextTimer: at(70 * time.Minute),
+			}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := b.s.QueueStats(b.ctx, tt.now)
+			require.NoError(t, err)
+			requireQueueStats(t, tt.want, got)
+		})
+	}
+
+	t.Run("Empty", func(t *testing.T) {
+		t.Parallel()
+		got, err := postgres.New(pgtest.Pool(t)).QueueStats(t.Context(), b.t0)
+		require.NoError(t, err)
+		require.Empty(t, got)
+	})
+}
+
+// requireQueueStats compares queue stats, times by instant.
+func requireQueueStats(t *testing.T, want, got []postgres.QueueStats) {
+	t.Helper()
+	require.Len(t, got, len(want), "%+v", got)
+	sameTime := func(want, got *time.Time, what string) {
+		if want == nil {
+			require.Nil(t, got, what)
+			return
+		}
+		require.NotNil(t, got, what)
+		require.True(t, want.Equal(*got), "%s: got %v, want %v", what, *got, *want)
+	}
+	for i := range want {
+		w, g := want[i], got[i]
+		sameTime(w.WorkflowTasks.OldestReady, g.WorkflowTasks.OldestReady, w.Queue+" workflow tasks' oldest ready")
+		sameTime(w.ActivityTasks.OldestReady, g.ActivityTasks.OldestReady, w.Queue+" activity tasks' oldest ready")
+		sameTime(w.NextTimer, g.NextTimer, w.Queue+" next timer")
+		w.WorkflowTasks.OldestReady, g.WorkflowTasks.OldestReady = nil, nil
+		w.ActivityTasks.OldestReady, g.ActivityTasks.OldestReady = nil, nil
+		w.NextTimer, g.NextTimer = nil, nil
+		require.Equal(t, w, g)
+	}
+}
+
+func TestDeadLetterStats(t *testing.T) {
+	t.Parallel()
+	b := adminSetup(t)
+
+	got, err := b.s.DeadLetterStats(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, []postgres.DeadLetterStats{{Kind: store.DeadJob}, {Kind: store.DeadWorkflow}}, got, "every kind has a row")
+
+	_, err = b.s.Pool().Exec(b.ctx, `
+INSERT INTO durable_dead_letters (kind, type, queue, payload, attempts, last_error, first_failed_at, dead_lettered_at, redriven_at)
+VALUES ('job', 'Ship', 'q', '1', 3, 'x', $1, $1, NULL),
+       ('job', 'Ship', 'q', '2', 3, 'x', $2, $2, NULL),
+       ('job', 'Mail', 'q', '3', 3, 'x', $3, $3, $2),
+       ('workflow', 'Order', 'q', '4', 1, 'x', $4, $4, NULL)`,
+		b.t0, b.t0.Add(time.Minute), b.t0.Add(-time.Minute), b.t0.Add(2*time.Minute))
+	require.NoError(t, err)
+
+	got, err = b.s.DeadLetterStats(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, store.DeadJob, got[0].Kind)
+	require.Equal(t, 2, got[0].Pending, "the redriven one does not count")
+	require.NotNil(t, got[0].OldestPending)
+	require.True(t, b.t0.Equal(*got[0].OldestPending), "oldest job %v", *got[0].OldestPending)
+	require.Equal(t, store.DeadWorkflow, got[1].Kind)
+	require.Equal(t, 1, got[1].Pending)
+	require.NotNil(t, got[1].OldestPending)
+	require.True(t, b.t0.Add(2*time.Minute).Equal(*got[1].OldestPending), "oldest workflow %v", *got[1].OldestPending)
+
+	ids, err := b.s.ListPendingDeadLetterIDs(b.ctx, "", "")
+	require.NoError(t, err)
+	require.Len(t, ids, 3)
+	require.IsIncreasing(t, ids, "oldest first")
+	for _, tt := range []struct {
+		kind, typ string
+		want      int
+	}{{store.DeadJob, "", 2}, {store.DeadWorkflow, "", 1}, {"", "Ship", 2}, {"", "Mail", 0}, {store.DeadWorkflow, "Ship", 0}} {
+		ids, err := b.s.ListPendingDeadLetterIDs(b.ctx, tt.kind, tt.typ)
+		require.NoError(t, err)
+		require.Len(t, ids, tt.want, "kind %q type %q", tt.kind, tt.typ)
+	}
+}
+
+// TestActivityStats runs one workflow by hand: at t0 it schedules A (seq 1
+// and 2) and B (seq 3); A:1 completes at t0+2s, B fails at t0+3s, A:2
+// completes at t0+4s, the run fails at t0+5s and is redriven at t0+10s,
+// where B completes at t0+12s.
+func TestActivityStats(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := postgres.New(pgtest.Pool(t))
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	sec := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }
+	run, err := s.CreateRun(ctx, store.CreateRunParams{
+		RunID: uuid.NewString(), WorkflowID: "stats-1", WorkflowType: "W", Queue: "s", Input: []byte(`1`), Now: t0,
+	})
+	require.NoError(t, err)
+
+	claimWorkflow := func(now time.Time) store.WorkflowTask {
+		t.Helper()
+		tasks, err := s.ClaimWorkflowTasks(ctx, store.ClaimParams{Queue: "s", WorkerID: "w", Limit: 1, Now: now, Lease: time.Minute})
+		require.NoError(t, err)
+		require.Len(t, tasks, 1)
+		return tasks[0]
+	}
+	task := func(runID string, a history.ActivityScheduled, now time.Time) store.NewActivityTask {
+		return store.NewActivityTask{
+			Seq: a.Seq, Activity: a.Activity, Queue: "s", Input: a.Input,
+			IdempotencyKey: fmt.Sprintf("%s:%d", runID, a.Seq), Lease: time.Minute, RunAfter: now,
+		}
+	}
+	wt := claimWorkflow(t0)
+	p := store.CommitWorkflowTaskParams{RunID: run.RunID, Token: wt.Token, ProcessedEventID: 1, Now: t0}
+	for i, name := range []string{"A", "A", "B"} {
+		a := history.ActivityScheduled{Seq: int64(i + 1), Activity: name, Queue: "s", Input: []byte(`0`)}
+		p.Events = append(p.Events, a)
+		p.Activities = append(p.Activities, task(run.RunID, a, t0))
+	}
+	_, err = s.CommitWorkflowTask(ctx, p)
+	require.NoError(t, err)
+
+	acts, err := s.ClaimActivityTasks(ctx, store.ClaimParams{Queue: "s", WorkerID: "w", Limit: 10, Now: sec(1)})
+	require.NoError(t, err)
+	require.Len(t, acts, 3)
+	ends := map[int64]struct {
+		at    time.Time
+		event history.Attributes
+	}{
+		1: {sec(2), history.ActivityCompleted{Seq: 1, Result: []byte(`1`), Attempt: 1}},
+		3: {sec(3), history.ActivityFailed{Seq: 3, Failure: history.Failure{Message: "no", Class: "permanent", Attempts: 1}}},
+		2: {sec(4), history.ActivityCompleted{Seq: 2, Result: []byte(`2`), Attempt: 1}},
+	}
+	for _, seq := range []int64{1, 3, 2} {
+		for _, a := range acts {
+			if a.Seq == seq {
+				_, err := s.ResolveActivity(ctx, store.ResolveActivityParams{TaskID: a.ID, Attempt: a.Attempt, Event: ends[seq].event, Now: ends[seq].at})
+				require.NoError(t, err)
+			}
+		}
+	}
+
+	wantA := postgres.ActivityStats{Activity: "A", Completed: 2, Mean: 3 * time.Second, P50: 3 * time.Second, P95: 3900 * time.Millisecond}
+	wantB := postgres.ActivityStats{Activity: "B", Failed: 1}
+	check := func(name string, since time.Time, want ...postgres.ActivityStats) {
+		t.Helper()
+		got, err := s.ActivityStats(ctx, since)
+		require.NoError(t, err)
+		require.Len(t, got, len(want), "%s: %+v", name, got)
+		for i := range want {
+			require.Equal(t, want[i].Activity, got[i].Activity, name)
+			require.Equal(t, want[i].Completed, got[i].Completed, "%s: %s completed", name, want[i].Activity)
+			require.Equal(t, want[i].Failed, got[i].Failed, "%s: %s failed", name, want[i].Activity)
+			for _, d := range [][2]time.Duration{{want[i].Mean, got[i].Mean}, {want[i].P50, got[i].P50}, {want[i].P95, got[i].P95}} {
+				require.InDelta(t, d[0], d[1], float64(time.Millisecond), "%s: %s durations %+v", name, want[i].Activity, got[i])
+			}
+		}
+	}
+	check("All", t0, wantA, wantB)
+	check("SinceInclusive", sec(3),
+		postgres.ActivityStats{Activity: "A", Completed: 1, Mean: 4 * time.Second, P50: 4 * time.Second, P95: 4 * time.Second}, wantB)
+	check("None", sec(5))
+
+	// The run fails and is redriven: the new run starts with a copy of
+	// events 1 to 5 (A:1's completion among them), which must not count twice.
+	wt = claimWorkflow(sec(5))
+	f := history.Failure{Message: "B failed"}
+	_, err = s.CommitWorkflowTask(ctx, store.CommitWorkflowTaskParams{
+		RunID: run.RunID, Token: wt.Token, ProcessedEventID: 7, Now: sec(5),
+		Events: []history.Attributes{history.WorkflowFailed{Failure: f}},
+		Close:  &store.CloseRun{Status: store.StatusFailed, Failure: &f},
+	})
+	require.NoError(t, err)
+	ds, err := s.ListDeadLetters(ctx, store.DeadLetterFilter{Kind: store.DeadWorkflow})
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	res, err := s.RedriveDeadLetter(ctx, store.RedriveParams{
+		ID: ds[0].ID, Now: sec(10), NewRunID: uuid.NewString(),
+		Task: func(runID string, a history.ActivityScheduled) (store.NewActivityTask, error) {
+			return task(runID, a, sec(10)), nil
+		},
+	})
+	require.NoError(t, err)
+	require.True(t, res.Redriven)
+	check("Redriven", t0, wantA, wantB)
+
+	acts, err = s.ClaimActivityTasks(ctx, store.ClaimParams{Queue: "s", WorkerID: "w", Limit: 10, Now: sec(11)})
+	require.NoError(t, err)
+	require.Len(t, acts, 1)
+	require.Equal(t, res.RunID, acts[0].RunID)
+	_, err = s.ResolveActivity(ctx, store.ResolveActivityParams{
+		TaskID: acts[0].ID, Attempt: acts[0].Attempt, Now: sec(12),
+		Event: history.ActivityCompleted{Seq: 3, Result: []byte(`3`), Attempt: 1},
+	})
+	require.NoError(t, err)
+	check("RedrivenCompleted", t0, wantA,
+		postgres.ActivityStats{Activity: "B", Completed: 1, Failed: 1, Mean: 2 * time.Second, P50: 2 * time.Second, P95: 2 * time.Second})
+}
+
+func TestNow(t *testing.T) {
+	t.Parallel()
+	now, err := postgres.New(pgtest.Pool(t)).Now(t.Context())
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now(), now, time.Minute, "the database's clock")
 }
