@@ -250,7 +250,24 @@ func (e *Engine) resolveFailed(ctx context.Context, t store.ActivityTask, attrs 
 }
 
 func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, ev history.Attributes) {
-	ready, err := e.store.ResolveActivity(ctx, store.ResolveActivityParams{TaskID: t.ID, Attempt: t.Attempt, Event: ev, Now: e.now()})
+	in := store.ResolveActivityParams{RunID: t.RunID, TaskID: t.ID, Attempt: t.Attempt, Event: ev, Now: e.now()}
+	// The run's next workflow task is claimed by this transaction and run
+	// here, if this engine serves its queue and has a free slot.
+	var p *workerPool[store.WorkflowTask]
+	if t.RunID != "" {
+		if p = e.workflowPool(t.WorkflowQueue); p != nil && p.tryAcquire() {
+			in.ClaimAs, in.Lease = e.opts.WorkerID, e.opts.WorkflowTaskLease
+		} else {
+			p = nil
+		}
+	}
+	ready, err := e.store.ResolveActivity(ctx, in)
+	switch {
+	case p != nil && len(ready.WorkflowTasks) == 1:
+		p.start(ready.WorkflowTasks[0])
+	case p != nil:
+		p.release()
+	}
 	if err != nil {
 		e.logLostWrite(ctx, "record activity outcome", attrs, err)
 		return

@@ -64,7 +64,24 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		e.failWorkflowTask(ctx, t, attrs, err)
 		return
 	}
+	// Activities on queues this engine serves with a free slot are claimed by
+	// the commit itself and run here, without a claim transaction.
+	var reserved []*workerPool[store.ActivityTask]
+	for i := range commit.Activities {
+		if p := e.activityPool(commit.Activities[i].Queue); p != nil && p.tryAcquire() {
+			commit.Activities[i].ClaimAs = e.opts.WorkerID
+			reserved = append(reserved, p)
+		}
+	}
 	ready, err := e.store.CommitWorkflowTask(ctx, commit)
+	started := 0
+	for _, a := range ready.ActivityTasks {
+		e.activityPool(a.Queue).start(a) // the pool is there: its slot is reserved
+		started++
+	}
+	for _, p := range reserved[started:] {
+		p.release()
+	}
 	if err != nil {
 		x.Close()
 		if errors.Is(err, store.ErrLeaseLost) {
@@ -149,7 +166,10 @@ func leaseOf(o activity.Options) time.Duration {
 // commitParams turns a task's commands into the store's commit.
 func (e *Engine) commitParams(t store.WorkflowTask, processed int64, cmds []history.Attributes) (store.CommitWorkflowTaskParams, error) {
 	now := e.now()
-	p := store.CommitWorkflowTaskParams{RunID: t.RunID, Token: t.Token, ProcessedEventID: processed, Events: cmds, Now: now}
+	p := store.CommitWorkflowTaskParams{
+		RunID: t.RunID, WorkflowID: t.WorkflowID, WorkflowQueue: t.Queue, Token: t.Token,
+		ProcessedEventID: processed, Events: cmds, Now: now,
+	}
 	for _, c := range cmds {
 		switch c := c.(type) {
 		case history.ActivityScheduled:

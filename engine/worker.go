@@ -57,22 +57,36 @@ func (e *Engine) Run(ctx context.Context) error {
 			}
 		}
 	}()
+	var tasks sync.WaitGroup // every task goroutine, polled or handed off
+	ps := &pools{wf: map[string]*workerPool[store.WorkflowTask]{}, act: map[string]*workerPool[store.ActivityTask]{}}
 	for queue, qo := range e.opts.Queues {
+		ps.wf[queue] = newWorkerPool(hard, &tasks, qo.WorkflowConcurrency, e.processWorkflowTask)
+		ps.act[queue] = newWorkerPool(hard, &tasks, qo.ActivityConcurrency, e.runActivityTask)
+	}
+	e.pools.Store(ps)
+	// Steps' writes are committed in groups while the engine runs (see
+	// Options.CommitGroupSize); they wait for every task to finish.
+	stopGroup := func() {}
+	if e.opts.CommitGroupSize > 1 {
+		stopGroup = e.store.StartGroupCommit(2, e.opts.CommitGroupSize)
+	}
+	for queue := range e.opts.Queues {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			pollLoop(ctx, hard, e, "workflow", queue, qo.WorkflowConcurrency, e.claimWorkflowTasks, e.processWorkflowTask)
+			pollLoop(ctx, e, "workflow", queue, ps.wf[queue], e.claimWorkflowTasks)
 		}()
 		go func() {
 			defer wg.Done()
-			pollLoop(ctx, hard, e, "activity", queue, qo.ActivityConcurrency, e.claimActivityTasks, e.runActivityTask)
+			pollLoop(ctx, e, "activity", queue, ps.act[queue], e.claimActivityTasks)
 		}()
 	}
 	e.log.LogAttrs(ctx, slog.LevelInfo, "engine running", slog.String("worker", e.opts.WorkerID), slog.Int("queues", len(e.opts.Queues)))
 	<-ctx.Done()
+	e.pools.Store(nil) // no more hand-offs
 
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() { wg.Wait(); tasks.Wait(); stopGroup(); close(done) }()
 	t := time.NewTimer(e.opts.ShutdownTimeout)
 	select {
 	case <-done:
@@ -97,34 +111,86 @@ func (e *Engine) Run(ctx context.Context) error {
 	return nil
 }
 
-// pollLoop claims tasks of one kind on one queue whenever it has free slots
-// and there is work, and runs each in its own goroutine. It returns when ctx
-// is done and every task it started has finished. Tasks run with hard, which
-// outlives ctx by the shutdown timeout.
-func pollLoop[T any](ctx, hard context.Context, e *Engine, kind, queue string, slots int,
-	claim func(ctx context.Context, queue string, n int) ([]T, error), work func(ctx context.Context, t T)) {
-	sem := make(chan struct{}, slots)
+// pools are the running engine's worker pools, by queue.
+type pools struct {
+	wf  map[string]*workerPool[store.WorkflowTask]
+	act map[string]*workerPool[store.ActivityTask]
+}
+
+// workflowPool returns the running pool of the queue, or nil.
+func (e *Engine) workflowPool(queue string) *workerPool[store.WorkflowTask] {
+	if ps := e.pools.Load(); ps != nil {
+		return ps.wf[queue]
+	}
+	return nil
+}
+
+// activityPool returns the running pool of the queue, or nil.
+func (e *Engine) activityPool(queue string) *workerPool[store.ActivityTask] {
+	if ps := e.pools.Load(); ps != nil {
+		return ps.act[queue]
+	}
+	return nil
+}
+
+// workerPool runs tasks of one kind from one queue, at most cap(sem) at a
+// time. Tasks come from its poller, or are handed off by a transaction that
+// claimed them for this worker (a completion claiming the run's next
+// workflow task, a workflow task claiming the activities it scheduled).
+type workerPool[T any] struct {
+	sem   chan struct{}
+	hard  context.Context
+	tasks *sync.WaitGroup
+	work  func(ctx context.Context, t T)
+}
+
+func newWorkerPool[T any](hard context.Context, tasks *sync.WaitGroup, slots int, work func(context.Context, T)) *workerPool[T] {
+	return &workerPool[T]{sem: make(chan struct{}, slots), hard: hard, tasks: tasks, work: work}
+}
+
+// tryAcquire reserves a slot if one is free.
+func (p *workerPool[T]) tryAcquire() bool {
+	select {
+	case p.sem <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *workerPool[T]) hasFree() bool { return len(p.sem) < cap(p.sem) }
+
+// release gives back a reserved slot that no task used.
+func (p *workerPool[T]) release() { <-p.sem }
+
+// start runs t in a reserved slot. It must be called by a task of the same
+// engine or by the pool's poller, so that Run's wait has not finished.
+func (p *workerPool[T]) start(t T) {
+	p.tasks.Add(1)
+	go func() {
+		defer p.tasks.Done()
+		defer p.release()
+		p.work(p.hard, t)
+	}()
+}
+
+// pollLoop claims tasks of one kind on one queue whenever its pool has free
+// slots and there is work. It returns when ctx is done.
+func pollLoop[T any](ctx context.Context, e *Engine, kind, queue string, p *workerPool[T],
+	claim func(ctx context.Context, queue string, n int) ([]T, error)) {
 	key := kind[:1] + ":" + queue
-	w := e.hub.wake(key, func() bool { return len(sem) < cap(sem) })
+	w := e.hub.wake(key, p.hasFree)
 	defer e.hub.unwake(key, w)
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	errBackoff := 100 * time.Millisecond
 	for {
 		select {
-		case sem <- struct{}{}:
+		case p.sem <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
 		free := 1
-	more:
-		for free < slots {
-			select {
-			case sem <- struct{}{}:
-				free++
-			default:
-				break more
-			}
+		for free < cap(p.sem) && p.tryAcquire() {
+			free++
 		}
 		// A claim that commits must not be lost to a cancelled context, so
 		// claims are not cut short by ctx; they are short.
@@ -132,7 +198,7 @@ func pollLoop[T any](ctx, hard context.Context, e *Engine, kind, queue string, s
 		tasks, err := claim(cctx, queue, free)
 		cancel()
 		for range free - len(tasks) {
-			<-sem
+			p.release()
 		}
 		if err != nil {
 			e.log.LogAttrs(ctx, slog.LevelWarn, "claim failed; retrying", slog.String("kind", kind),
@@ -145,12 +211,7 @@ func pollLoop[T any](ctx, hard context.Context, e *Engine, kind, queue string, s
 		}
 		errBackoff = 100 * time.Millisecond
 		for _, t := range tasks {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				work(hard, t)
-			}()
+			p.start(t)
 		}
 		if len(tasks) == free {
 			continue // there may be more

@@ -85,6 +85,10 @@ type Ready struct {
 	ClosedRun string
 	// TimerAt is the earliest timer the write created, if any.
 	TimerAt *time.Time
+	// WorkflowTasks and ActivityTasks were claimed for the writing worker
+	// (see ClaimAs): it runs them itself.
+	WorkflowTasks []WorkflowTask
+	ActivityTasks []ActivityTask
 }
 
 // ClaimParams are the inputs of the Claim methods.
@@ -130,6 +134,9 @@ type NewActivityTask struct {
 	// Lease is how long one claim of the task holds (the start-to-close timeout).
 	Lease    time.Duration
 	RunAfter time.Time
+	// ClaimAs, if set, claims the task for that worker at once (attempt 1),
+	// to run it without a claim transaction. It must be due now.
+	ClaimAs string
 }
 
 // NewTimer is a durable timer to create.
@@ -141,7 +148,11 @@ type NewTimer struct {
 // CommitWorkflowTaskParams are the inputs of CommitWorkflowTask.
 type CommitWorkflowTaskParams struct {
 	RunID string
-	Token int64
+	// WorkflowID and WorkflowQueue describe the run, for the activity tasks
+	// the commit claims.
+	WorkflowID    string
+	WorkflowQueue string
+	Token         int64
 	// ProcessedEventID is the last history event the task consumed.
 	ProcessedEventID int64
 	// Events are the commands the task produced, appended in order.
@@ -176,9 +187,11 @@ type FailWorkflowTaskParams struct {
 
 // ActivityTask is a claimed activity task.
 type ActivityTask struct {
-	ID             int64
-	RunID          string // empty for a standalone job
-	WorkflowID     string
+	ID         int64
+	RunID      string // empty for a standalone job
+	WorkflowID string
+	// WorkflowQueue is the run's workflow queue.
+	WorkflowQueue  string
 	Seq            int64
 	Activity       string
 	Queue          string
@@ -202,10 +215,16 @@ type ActivityTask struct {
 // ResolveActivityParams are the inputs of ResolveActivity: the activity is
 // done, and Event (ActivityCompleted or ActivityFailed) is appended to its run.
 type ResolveActivityParams struct {
+	// RunID is the task's run (empty for a job); it orders grouped writes.
+	RunID   string
 	TaskID  int64
 	Attempt int
 	Event   history.Attributes
 	Now     time.Time
+	// ClaimAs, if set, claims the run's new workflow task for that worker,
+	// with a lease of Lease.
+	ClaimAs string
+	Lease   time.Duration
 }
 
 // HeartbeatParams are the inputs of HeartbeatActivity.

@@ -28,6 +28,7 @@ FROM c
 WHERE t.id = c.id
 RETURNING t.id, coalesce(t.run_id::text, ''),
     coalesce((SELECT r.workflow_id FROM durable_runs r WHERE r.run_id = t.run_id), ''),
+    coalesce((SELECT r.queue FROM durable_runs r WHERE r.run_id = t.run_id), ''),
     t.seq, t.activity, t.queue, t.input, t.idempotency_key, t.attempt, t.max_attempts, t.rate_limited,
     t.options, t.locked_until, t.created_at, coalesce(t.last_error, ''), t.heartbeat`
 
@@ -41,7 +42,7 @@ func (s *Store) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([
 	}
 	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ActivityTask, error) {
 		var t store.ActivityTask
-		err := row.Scan(&t.ID, &t.RunID, &t.WorkflowID, &t.Seq, &t.Activity, &t.Queue, &t.Input, &t.IdempotencyKey,
+		err := row.Scan(&t.ID, &t.RunID, &t.WorkflowID, &t.WorkflowQueue, &t.Seq, &t.Activity, &t.Queue, &t.Input, &t.IdempotencyKey,
 			&t.Attempt, &t.MaxAttempts, &t.RateLimited, &t.Options, &t.LockedUntil, &t.ScheduledAt, &t.LastError, &t.Heartbeat)
 		return t, err
 	})
@@ -72,17 +73,26 @@ WITH task AS (
     SET next_event_id = r.next_event_id + 1, updated_at = @now
     FROM task
     WHERE r.run_id = task.run_id AND r.status = 'running'
-    RETURNING r.run_id, r.queue, r.next_event_id - 1 AS event_id
+    RETURNING r.run_id, r.queue, r.workflow_id, r.workflow_type, r.processed_event_id, r.next_event_id - 1 AS event_id
 ), ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
     SELECT run_id, event_id, @type, @attrs, @now FROM run
 ), wt AS (
-    INSERT INTO durable_workflow_tasks (run_id, queue, run_after)
-    SELECT run_id, queue, @now FROM run
+    -- With claim_as the new workflow task is claimed for the completing
+    -- worker, which runs it without a claim of its own.
+    INSERT INTO durable_workflow_tasks (run_id, queue, run_after, locked_by, locked_until, token)
+    SELECT run_id, queue,
+        CASE WHEN @claim_as::text = '' THEN @now ELSE @until END,
+        nullif(@claim_as::text, ''),
+        CASE WHEN @claim_as::text = '' THEN NULL ELSE @until::timestamptz END,
+        CASE WHEN @claim_as::text = '' THEN 0 ELSE nextval('durable_task_token') END
+    FROM run
     ON CONFLICT (run_id) DO NOTHING
-    RETURNING queue
+    RETURNING queue, locked_by IS NOT NULL AS claimed, token
 )
-SELECT (SELECT count(*) FROM task), (SELECT queue FROM wt)`
+SELECT (SELECT count(*) FROM task), wt.queue, coalesce(wt.claimed, false), coalesce(wt.token, 0),
+    coalesce(run.run_id::text, ''), coalesce(run.workflow_id, ''), coalesce(run.workflow_type, ''), coalesce(run.processed_event_id, 0)
+FROM (SELECT 1) one LEFT JOIN wt ON true LEFT JOIN run ON true`
 
 // ResolveActivity implements store.Store.
 func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) (store.Ready, error) {
@@ -94,22 +104,31 @@ func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityPar
 	var (
 		deleted int
 		queue   *string
+		claimed bool
+		wt      store.WorkflowTask
 	)
 	args := pgx.NamedArgs{
 		"id": in.TaskID, "attempt": in.Attempt, "now": in.Now, "type": in.Event.EventType(), "attrs": string(attrs),
 		"failed": false, "error": "", "class": "", "attempts": in.Attempt,
+		"claim_as": in.ClaimAs, "until": in.Now.Add(in.Lease),
 	}
 	if f, ok := in.Event.(history.ActivityFailed); ok {
 		args["failed"], args["error"], args["class"], args["attempts"] = true, f.Failure.Message, f.Failure.Class, f.Failure.Attempts
 	}
-	err = s.db.QueryRow(ctx, resolveActivitySQL, args).Scan(&deleted, &queue)
+	err = s.queryRow(ctx, in.RunID, resolveActivitySQL, args, func(row pgx.Row) error {
+		return row.Scan(&deleted, &queue, &claimed, &wt.Token, &wt.RunID, &wt.WorkflowID, &wt.WorkflowType, &wt.ProcessedEventID)
+	})
 	if err != nil {
 		return ready, fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)
 	}
 	if deleted == 0 {
 		return ready, store.ErrLeaseLost
 	}
-	if queue != nil {
+	switch {
+	case queue != nil && claimed:
+		wt.Queue = *queue
+		ready.WorkflowTasks = []store.WorkflowTask{wt}
+	case queue != nil:
 		ready.WorkflowQueues = []string{*queue}
 	}
 	return ready, nil

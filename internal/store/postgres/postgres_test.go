@@ -30,6 +30,17 @@ func TestStore(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return postgres.New(pgtest.Pool(t)) })
 }
 
+// TestStoreGroupCommit runs the suite with group commit on: every guarantee
+// holds inside a group as it does alone.
+func TestStoreGroupCommit(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s := postgres.New(pgtest.Pool(t))
+		t.Cleanup(s.StartGroupCommit(2, 64))
+		return s
+	})
+}
+
 func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	t.Parallel()
 	var all []int

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -28,21 +29,22 @@ type dbtx interface {
 
 // Store is the PostgreSQL store.
 type Store struct {
-	db   dbtx
-	pool *pgxpool.Pool
+	db    dbtx
+	pool  *pgxpool.Pool
+	group *atomic.Pointer[grouper] // shared by the copies WithTx makes
 }
 
 var _ store.Store = (*Store)(nil)
 
 // New returns a store on pool. It does not migrate; see Migrate.
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{db: pool, pool: pool}
+	return &Store{db: pool, pool: pool, group: new(atomic.Pointer[grouper])}
 }
 
 // WithTx returns a store whose writes happen inside tx: they commit or roll
 // back with the caller's transaction.
 func (s *Store) WithTx(tx pgx.Tx) *Store {
-	return &Store{db: tx, pool: s.pool}
+	return &Store{db: tx, pool: s.pool, group: s.group}
 }
 
 // Pool returns the pool the store was made with.

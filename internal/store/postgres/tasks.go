@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -19,7 +20,7 @@ WITH c AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE durable_workflow_tasks t
-SET locked_by = @worker, locked_until = @until, run_after = @until, token = t.token + 1
+SET locked_by = @worker, locked_until = @until, run_after = @until, token = nextval('durable_task_token')
 FROM c, durable_runs r
 WHERE t.run_id = c.run_id AND r.run_id = t.run_id
 RETURNING t.run_id::text, r.workflow_id, r.workflow_type, t.queue, t.token, r.processed_event_id, t.attempts`
@@ -83,13 +84,21 @@ WITH lock AS (
     SELECT run.run_id, run.first_id + e.ord - 1, e.type, e.attrs, @now
     FROM run, unnest(@types::text[], @attrs::jsonb[]) WITH ORDINALITY AS e(type, attrs, ord)
 ), acts AS (
-    INSERT INTO durable_activity_tasks (run_id, seq, activity, queue, input, idempotency_key, options, max_attempts, lease_ms, run_after, created_at)
-    SELECT run.run_id, a.seq, a.activity, a.queue, a.input, a.key, a.options, a.max_attempts, a.lease_ms, a.run_after, @now
+    -- An activity with claim_as set is claimed for that worker at once
+    -- (attempt 1), which runs it without a claim of its own.
+    INSERT INTO durable_activity_tasks (run_id, seq, activity, queue, input, idempotency_key, options, max_attempts,
+        lease_ms, run_after, created_at, attempt, locked_by, locked_until)
+    SELECT run.run_id, a.seq, a.activity, a.queue, a.input, a.key, a.options, a.max_attempts, a.lease_ms,
+        CASE WHEN a.claim_as = '' THEN a.run_after ELSE @now + a.lease_ms * interval '1 millisecond' END,
+        @now,
+        CASE WHEN a.claim_as = '' THEN 0 ELSE 1 END,
+        nullif(a.claim_as, ''),
+        CASE WHEN a.claim_as = '' THEN NULL ELSE @now + a.lease_ms * interval '1 millisecond' END
     FROM run, unnest(@act_seq::bigint[], @act_name::text[], @act_queue::text[], @act_input::jsonb[], @act_key::text[],
-                     @act_options::jsonb[], @act_max::int[], @act_lease::bigint[], @act_after::timestamptz[])
-         AS a(seq, activity, queue, input, key, options, max_attempts, lease_ms, run_after)
+                     @act_options::jsonb[], @act_max::int[], @act_lease::bigint[], @act_after::timestamptz[], @act_claim::text[])
+         AS a(seq, activity, queue, input, key, options, max_attempts, lease_ms, run_after, claim_as)
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING queue, run_after
+    RETURNING id, seq, queue, run_after, locked_by, locked_until
 ), tmr AS (
     INSERT INTO durable_timers (run_id, seq, queue, fire_at)
     SELECT run.run_id, t.seq, run.queue, t.fire_at
@@ -108,13 +117,14 @@ WITH lock AS (
 ), rel AS (
     UPDATE durable_workflow_tasks t
     SET locked_by = NULL, locked_until = NULL, run_after = @now, attempts = 0, last_error = NULL,
-        token = t.token + 1 -- this claim is done: its token must not write again
+        token = nextval('durable_task_token') -- this claim is done: its token must not write again
     FROM run
     WHERE t.run_id = run.run_id AND @close_status::text IS NULL AND run.first_id <> @processed + 1
     RETURNING t.queue
 )
 SELECT (SELECT count(*) FROM run),
-    (SELECT array_agg(DISTINCT queue) FROM acts WHERE run_after <= @now),
+    (SELECT array_agg(DISTINCT queue) FROM acts WHERE run_after <= @now AND locked_by IS NULL),
+    (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until)) FROM acts WHERE locked_by IS NOT NULL),
     (SELECT queue FROM rel),
     (SELECT min(fire_at) FROM tmr)`
 
@@ -154,11 +164,12 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 	}
 	n := len(in.Activities)
 	seq, name, queue, input, key, opts := make([]int64, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	maxAttempts, lease, after := make([]int32, n), make([]int64, n), make([]any, n)
+	maxAttempts, lease, after, claim := make([]int32, n), make([]int64, n), make([]any, n), make([]string, n)
 	for i, a := range in.Activities {
 		seq[i], name[i], queue[i], input[i], key[i] = a.Seq, a.Activity, a.Queue, jsonArg(a.Input), a.IdempotencyKey
-		opts[i], maxAttempts[i], lease[i], after[i] = jsonArg(a.Options), int32(a.MaxAttempts), a.Lease.Milliseconds(), a.RunAfter
+		opts[i], maxAttempts[i], lease[i], after[i], claim[i] = jsonArg(a.Options), int32(a.MaxAttempts), a.Lease.Milliseconds(), a.RunAfter, a.ClaimAs
 	}
+	args["act_claim"] = claim
 	args["act_seq"], args["act_name"], args["act_queue"], args["act_input"], args["act_key"] = seq, name, queue, input, key
 	args["act_options"], args["act_max"], args["act_lease"], args["act_after"] = opts, maxAttempts, lease, after
 	tseq, tat := make([]int64, len(in.Timers)), make([]any, len(in.Timers))
@@ -170,8 +181,11 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 	var (
 		ok       int
 		released *string
+		claimed  []claimedActivity
 	)
-	err = s.db.QueryRow(ctx, commitWorkflowTaskSQL, args).Scan(&ok, &ready.ActivityQueues, &released, &ready.TimerAt)
+	err = s.queryRow(ctx, in.RunID, commitWorkflowTaskSQL, args, func(row pgx.Row) error {
+		return row.Scan(&ok, &ready.ActivityQueues, &claimed, &released, &ready.TimerAt)
+	})
 	if err != nil {
 		return ready, fmt.Errorf("commit workflow task of run %s: %w", in.RunID, translate(err))
 	}
@@ -180,6 +194,18 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 	}
 	if released != nil {
 		ready.WorkflowQueues = []string{*released}
+	}
+	for _, c := range claimed {
+		for _, a := range in.Activities {
+			if a.Seq != c.Seq {
+				continue
+			}
+			ready.ActivityTasks = append(ready.ActivityTasks, store.ActivityTask{
+				ID: c.ID, RunID: in.RunID, WorkflowID: in.WorkflowID, WorkflowQueue: in.WorkflowQueue,
+				Seq: a.Seq, Activity: a.Activity, Queue: a.Queue, Input: a.Input, IdempotencyKey: a.IdempotencyKey,
+				Attempt: 1, MaxAttempts: a.MaxAttempts, Options: a.Options, LockedUntil: c.Until, ScheduledAt: in.Now,
+			})
+		}
 	}
 	if in.Close != nil {
 		ready.ClosedRun = in.RunID
@@ -190,7 +216,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 const failWorkflowTaskSQL = `
 UPDATE durable_workflow_tasks
 SET locked_by = NULL, locked_until = NULL, run_after = @run_after, attempts = attempts + 1, last_error = @error,
-    token = token + 1
+    token = nextval('durable_task_token')
 WHERE run_id = @run_id AND token = @token`
 
 // FailWorkflowTask implements store.Store.
@@ -210,7 +236,7 @@ func (s *Store) FailWorkflowTask(ctx context.Context, in store.FailWorkflowTaskP
 const releaseWorkflowTasksSQL = `
 WITH rel AS (
     UPDATE durable_workflow_tasks
-    SET locked_by = NULL, locked_until = NULL, run_after = @now, token = token + 1
+    SET locked_by = NULL, locked_until = NULL, run_after = @now, token = nextval('durable_task_token')
     WHERE locked_by = @worker
     RETURNING queue
 )
@@ -223,4 +249,11 @@ func (s *Store) ReleaseWorkflowTasks(ctx context.Context, in store.ReleaseParams
 		return fmt.Errorf("release workflow tasks of worker %s: %w", in.WorkerID, err)
 	}
 	return nil
+}
+
+// claimedActivity is an activity task a commit claimed for its worker.
+type claimedActivity struct {
+	ID    int64     `json:"id"`
+	Seq   int64     `json:"seq"`
+	Until time.Time `json:"until"`
 }

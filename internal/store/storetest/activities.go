@@ -1,8 +1,10 @@
 package storetest
 
 import (
+	"encoding/json"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -228,4 +230,102 @@ func testConcurrentClaimsNeverShareATask(t *testing.T, b *bundle) {
 	for id, times := range claimed {
 		require.Equal(t, 1, times, "claims of activity task %s", id)
 	}
+}
+
+// testConcurrentDuplicateCompletionsCommitOnce resolves every task twice at
+// once: exactly one of each pair is recorded, alone or in a group commit.
+func testConcurrentDuplicateCompletionsCommitOnce(t *testing.T, b *bundle) {
+	const n = 40
+	run := b.runWithActivities(t, "order-1", n, 0)
+	tasks := b.claimActivity(t, worker, n, b.now)
+	require.Len(t, tasks, n)
+	var (
+		wg         sync.WaitGroup
+		mu         sync.Mutex
+		ok, lost   int
+		unexpected []error
+	)
+	for range 2 {
+		for _, task := range tasks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				in := completion(task, b.now)
+				in.RunID = run.RunID
+				err := b.resolve(in)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					ok++
+				case errors.Is(err, store.ErrLeaseLost):
+					lost++
+				default:
+					unexpected = append(unexpected, err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	require.Empty(t, unexpected)
+	require.Equal(t, n, ok, "one completion per task")
+	require.Equal(t, n, lost, "the duplicate of each is refused")
+	completed := 0
+	for _, e := range b.events(t, run.RunID) {
+		if e.Type() == "activity_completed" {
+			completed++
+		}
+	}
+	require.Equal(t, n, completed)
+}
+
+// testHandOffClaimsTheNextTasks: a commit with ClaimAs claims its activities
+// at attempt 1, and a completion with ClaimAs claims the run's next workflow
+// task; neither is claimable by anyone else, and the hand-off's fences hold.
+func testHandOffClaimsTheNextTasks(t *testing.T, b *bundle) {
+	run := b.createRun(t, "order-1", wfQueue)
+	wt := b.claimOneWorkflow(t, wfQueue, b.now)
+	ev, at := activity(run, 1, 3)
+	at.RunAfter, at.ClaimAs = b.now, worker
+	ready, err := b.s.CommitWorkflowTask(b.ctx, store.CommitWorkflowTaskParams{
+		RunID: run.RunID, WorkflowID: run.WorkflowID, WorkflowQueue: wfQueue, Token: wt.Token, ProcessedEventID: 1,
+		Events: []history.Attributes{ev}, Activities: []store.NewActivityTask{at}, Now: b.now,
+	})
+	require.NoError(t, err)
+	require.Len(t, ready.ActivityTasks, 1)
+	act := ready.ActivityTasks[0]
+	require.Equal(t, 1, act.Attempt)
+	require.Equal(t, run.RunID, act.RunID)
+	require.Equal(t, wfQueue, act.WorkflowQueue)
+	require.Empty(t, ready.ActivityQueues, "a handed-off activity is not announced")
+	require.Empty(t, b.claimActivity(t, "worker-2", 10, b.now), "the handed-off activity is claimed")
+
+	res, err := b.s.ResolveActivity(b.ctx, store.ResolveActivityParams{
+		RunID: run.RunID, TaskID: act.ID, Attempt: act.Attempt, Now: b.now, ClaimAs: worker, Lease: wfLease,
+		Event: history.ActivityCompleted{Seq: 1, Result: json.RawMessage(`"ok"`), Attempt: 1},
+	})
+	require.NoError(t, err)
+	require.Len(t, res.WorkflowTasks, 1)
+	next := res.WorkflowTasks[0]
+	require.Equal(t, run.RunID, next.RunID)
+	require.Equal(t, wfQueue, next.Queue)
+	require.Equal(t, "order-1", next.WorkflowID)
+	require.Equal(t, int64(1), next.ProcessedEventID, "what the last committed task consumed")
+	require.NotEqual(t, wt.Token, next.Token, "a new claim has a new token")
+	require.Empty(t, b.claimWorkflow(t, wfQueue, "worker-2", 10, b.now), "the handed-off task is claimed")
+
+	// The old claim's token cannot commit on the new task row.
+	_, err = b.s.CommitWorkflowTask(b.ctx, store.CommitWorkflowTaskParams{
+		RunID: run.RunID, Token: wt.Token, ProcessedEventID: 3, Now: b.now,
+		Events: []history.Attributes{history.WorkflowCompleted{Result: json.RawMessage(`1`)}},
+		Close:  &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`1`)},
+	})
+	require.ErrorIs(t, err, store.ErrLeaseLost)
+	_, err = b.s.CommitWorkflowTask(b.ctx, store.CommitWorkflowTaskParams{
+		RunID: run.RunID, Token: next.Token, ProcessedEventID: 3, Now: b.now,
+		Events: []history.Attributes{history.WorkflowCompleted{Result: json.RawMessage(`1`)}},
+		Close:  &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`1`)},
+	})
+	require.NoError(t, err)
+	require.Equal(t, store.StatusCompleted, b.getRun(t, run.RunID).Status)
 }

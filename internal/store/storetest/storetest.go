@@ -75,6 +75,8 @@ var cases = []struct {
 	{"RetryActivityDelaysTask", testRetryActivityDelaysTask},
 	{"RateLimitedRetryRefundsAttempt", testRateLimitedRetryRefundsAttempt},
 	{"ConcurrentClaimsNeverShareATask", testConcurrentClaimsNeverShareATask},
+	{"ConcurrentDuplicateCompletionsCommitOnce", testConcurrentDuplicateCompletionsCommitOnce},
+	{"HandOffClaimsTheNextTasks", testHandOffClaimsTheNextTasks},
 }
 
 // The fixtures' defaults.

@@ -35,6 +35,10 @@ CREATE TABLE durable_events (
 -- claim presents the token. A claim also moves run_after to locked_until, so
 -- "run_after <= now" alone means ready: never claimed, released, or its lease
 -- ran out. The activity tasks table works the same way.
+-- Claim tokens of workflow tasks come from one sequence, so a token is
+-- never reused, not even by a later task row of the same run.
+CREATE SEQUENCE durable_task_token;
+
 CREATE TABLE durable_workflow_tasks (
     run_id       uuid        PRIMARY KEY REFERENCES durable_runs (run_id) ON DELETE CASCADE,
     queue        text        NOT NULL,

@@ -1,0 +1,136 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// grouper commits the writes of many workflow steps in one transaction.
+//
+// On Postgres a commit costs a WAL flush and per-transaction CPU; under load
+// those, not the statements, bound throughput. Writes submitted while a
+// group is being committed wait and go together in the next one, so an idle
+// engine commits each write at once (no added latency) and a busy one
+// commits many per transaction. Every write is one statement that checks
+// its own fence (claim token or attempt); a write whose fence fails changes
+// nothing, inside a group as alone. A group whose transaction fails is
+// retried write by write, so one bad write cannot fail the others.
+type grouper struct {
+	s    *Store
+	reqs chan *groupReq
+	max  int
+
+	mu      sync.RWMutex // guards running against submit/stop
+	running bool
+	wg      sync.WaitGroup
+}
+
+type groupReq struct {
+	ctx  context.Context
+	key  string // run ID: groups take their rows' locks in key order
+	sql  string
+	args pgx.NamedArgs
+	scan func(pgx.Row) error
+	done chan error
+}
+
+// StartGroupCommit makes CommitWorkflowTask and ResolveActivity go through
+// group commits on `flushers` connections, at most max writes per
+// transaction, until the returned stop is called. stop waits for every
+// submitted write.
+func (s *Store) StartGroupCommit(flushers, max int) (stop func()) {
+	g := &grouper{s: s, reqs: make(chan *groupReq, 1024), max: max, running: true}
+	for range flushers {
+		g.wg.Add(1)
+		go g.flush()
+	}
+	s.group.Store(g)
+	return func() {
+		g.mu.Lock()
+		g.running = false
+		close(g.reqs)
+		g.mu.Unlock()
+		g.wg.Wait()
+		s.group.CompareAndSwap(g, nil)
+	}
+}
+
+// queryRow runs a one-row write, grouped with others when group commit is on
+// and the store is not bound to a caller's transaction.
+func (s *Store) queryRow(ctx context.Context, key, sql string, args pgx.NamedArgs, scan func(pgx.Row) error) error {
+	if g := s.group.Load(); g != nil && s.db == dbtx(s.pool) {
+		r := &groupReq{ctx: ctx, key: key, sql: sql, args: args, scan: scan, done: make(chan error, 1)}
+		if g.submit(r) {
+			return <-r.done
+		}
+	}
+	return scan(s.db.QueryRow(ctx, sql, args))
+}
+
+func (g *grouper) submit(r *groupReq) bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if !g.running {
+		return false
+	}
+	g.reqs <- r
+	return true
+}
+
+func (g *grouper) flush() {
+	defer g.wg.Done()
+	for first := range g.reqs {
+		batch := []*groupReq{first}
+	more:
+		for len(batch) < g.max {
+			select {
+			case r, ok := <-g.reqs:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		g.commit(batch)
+	}
+}
+
+func (g *grouper) commit(batch []*groupReq) {
+	if len(batch) == 1 {
+		r := batch[0]
+		r.done <- r.scan(g.s.pool.QueryRow(r.ctx, r.sql, r.args))
+		return
+	}
+	slices.SortStableFunc(batch, func(a, b *groupReq) int { return strings.Compare(a.key, b.key) })
+	// The group's writes outlive any one caller's context.
+	ctx := context.WithoutCancel(batch[0].ctx)
+	err := pgx.BeginFunc(ctx, g.s.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		for _, r := range batch {
+			b.Queue(r.sql, r.args).QueryRow(r.scan)
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err == nil {
+		for _, r := range batch {
+			r.done <- nil
+		}
+		return
+	}
+	if errors.Is(err, context.Canceled) {
+		for _, r := range batch {
+			r.done <- err
+		}
+		return
+	}
+	for _, r := range batch { // find the bad write: each on its own
+		r.done <- r.scan(g.s.pool.QueryRow(r.ctx, r.sql, r.args))
+	}
+}
