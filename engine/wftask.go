@@ -49,7 +49,12 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 			Func: def.run, ResolveActivity: e.resolveActivity, Logger: e.log,
 		})
 	}
-	events, err := e.store.ListEvents(ctx, t.RunID, x.LastEventID())
+	// A hand-off carries the event it appended: if the cached run ends just
+	// before it, there is nothing else to read.
+	events, err := t.Events, error(nil)
+	if len(events) == 0 || events[0].ID != x.LastEventID()+1 {
+		events, err = e.store.ListEvents(ctx, t.RunID, x.LastEventID())
+	}
 	if err == nil {
 		err = x.Apply(events, t.ProcessedEventID)
 	}

@@ -116,6 +116,10 @@ type WorkflowTask struct {
 	ProcessedEventID int64
 	// Attempts counts the task's earlier failures.
 	Attempts int
+	// Events, when set by a hand-off, are the events the handing
+	// transaction appended; a worker whose cached run ends just before them
+	// need not read the history.
+	Events []history.Event
 }
 
 // NewActivityTask is an activity task to create.

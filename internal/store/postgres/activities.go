@@ -91,7 +91,8 @@ WITH task AS (
     RETURNING queue, locked_by IS NOT NULL AS claimed, token
 )
 SELECT (SELECT count(*) FROM task), wt.queue, coalesce(wt.claimed, false), coalesce(wt.token, 0),
-    coalesce(run.run_id::text, ''), coalesce(run.workflow_id, ''), coalesce(run.workflow_type, ''), coalesce(run.processed_event_id, 0)
+    coalesce(run.run_id::text, ''), coalesce(run.workflow_id, ''), coalesce(run.workflow_type, ''), coalesce(run.processed_event_id, 0),
+    coalesce(run.event_id, 0)
 FROM (SELECT 1) one LEFT JOIN wt ON true LEFT JOIN run ON true`
 
 // ResolveActivity implements store.Store.
@@ -106,6 +107,7 @@ func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityPar
 		queue   *string
 		claimed bool
 		wt      store.WorkflowTask
+		eventID int64
 	)
 	args := pgx.NamedArgs{
 		"id": in.TaskID, "attempt": in.Attempt, "now": in.Now, "type": in.Event.EventType(), "attrs": string(attrs),
@@ -116,7 +118,7 @@ func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityPar
 		args["failed"], args["error"], args["class"], args["attempts"] = true, f.Failure.Message, f.Failure.Class, f.Failure.Attempts
 	}
 	err = s.queryRow(ctx, in.RunID, resolveActivitySQL, args, func(row pgx.Row) error {
-		return row.Scan(&deleted, &queue, &claimed, &wt.Token, &wt.RunID, &wt.WorkflowID, &wt.WorkflowType, &wt.ProcessedEventID)
+		return row.Scan(&deleted, &queue, &claimed, &wt.Token, &wt.RunID, &wt.WorkflowID, &wt.WorkflowType, &wt.ProcessedEventID, &eventID)
 	})
 	if err != nil {
 		return ready, fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)
@@ -127,6 +129,7 @@ func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityPar
 	switch {
 	case queue != nil && claimed:
 		wt.Queue = *queue
+		wt.Events = []history.Event{{ID: eventID, Time: in.Now, Attributes: in.Event}}
 		ready.WorkflowTasks = []store.WorkflowTask{wt}
 	case queue != nil:
 		ready.WorkflowQueues = []string{*queue}

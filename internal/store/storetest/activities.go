@@ -312,6 +312,9 @@ func testHandOffClaimsTheNextTasks(t *testing.T, b *bundle) {
 	require.Equal(t, "order-1", next.WorkflowID)
 	require.Equal(t, int64(1), next.ProcessedEventID, "what the last committed task consumed")
 	require.NotEqual(t, wt.Token, next.Token, "a new claim has a new token")
+	require.Len(t, next.Events, 1, "the hand-off carries the event it appended")
+	require.Equal(t, int64(3), next.Events[0].ID)
+	require.Equal(t, "activity_completed", next.Events[0].Type())
 	require.Empty(t, b.claimWorkflow(t, wfQueue, "worker-2", 10, b.now), "the handed-off task is claimed")
 
 	// The old claim's token cannot commit on the new task row.
