@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
@@ -70,6 +72,10 @@ func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask) {
 		})
 		defer hb.watch.stop()
 	}
+	actx, span := e.startSpan(actx, t.TraceContext, "durable.activity",
+		attribute.String("durable.activity", t.Activity), attribute.Int("durable.attempt", t.Attempt),
+		attribute.String("durable.run.id", t.RunID), attribute.String("durable.idempotency_key", t.IdempotencyKey))
+	began := time.Now()
 	info := activity.Info{
 		Name: t.Activity, IdempotencyKey: t.IdempotencyKey, Attempt: t.Attempt, Queue: t.Queue,
 		WorkflowID: t.WorkflowID, RunID: t.RunID, HeartbeatDetails: t.Heartbeat,
@@ -77,6 +83,11 @@ func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask) {
 	}
 	actx2 := activity.WithHeartbeatFunc(activity.NewContext(actx, info), hb.beat)
 	out, err := callActivity(actx2, def, t.Input)
+	e.metrics.duration.WithLabelValues("activity", t.Activity).Observe(time.Since(began).Seconds())
+	if err != nil {
+		span.SetAttributes(attribute.String("durable.error_class", errorClass(err)))
+	}
+	endSpan(span, err)
 	if cause := context.Cause(actx); err != nil && cause != nil && ctx.Err() == nil {
 		var te *timeoutError
 		if errors.As(cause, &te) {
@@ -96,6 +107,7 @@ func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask) {
 		e.finishActivity(ctx, t, attrs, err, opts)
 		return
 	}
+	e.metrics.outcomes.WithLabelValues("activity", t.Activity, outcomeCompleted).Inc()
 	e.resolve(ctx, t, attrs, history.ActivityCompleted{Seq: t.Seq, Result: out, Attempt: t.Attempt})
 }
 
@@ -231,6 +243,7 @@ func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs
 		e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt)
 		return
 	}
+	e.metrics.outcomes.WithLabelValues("activity", t.Activity, outcomeFailedRetrying).Inc()
 	e.log.LogAttrs(ctx, slog.LevelWarn, "activity attempt failed; retrying",
 		append(attrs, slog.String("error", cause.Error()), slog.String("class", class), slog.Time("retry_at", retry.RunAfter))...)
 	if err := e.store.RetryActivity(ctx, retry); err != nil {
@@ -245,6 +258,10 @@ func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs
 func (e *Engine) resolveFailed(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, class string, attempts int) {
 	e.log.LogAttrs(ctx, slog.LevelWarn, "activity failed for good",
 		append(attrs, slog.String("error", cause.Error()), slog.String("class", class))...)
+	e.metrics.outcomes.WithLabelValues("activity", t.Activity, outcomeFailedFinal).Inc()
+	if t.RunID == "" { // a standalone job is kept as a dead letter
+		e.metrics.outcomes.WithLabelValues("activity", t.Activity, outcomeDeadLettered).Inc()
+	}
 	f := history.Failure{Message: cause.Error(), Class: class, Attempts: attempts}
 	e.resolve(ctx, t, attrs, history.ActivityFailed{Seq: t.Seq, Failure: f})
 }

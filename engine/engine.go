@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-go/durable/internal/store/postgres"
 )
@@ -54,6 +56,15 @@ type Options struct {
 	// RandFunc returns numbers in [0, 1) for the retry delays' jitter.
 	// Default math/rand/v2.Float64. Tests pass a fixed source.
 	RandFunc func() float64
+	// Registerer receives the engine's Prometheus metrics. Default: none
+	// (importing the library registers nothing globally).
+	Registerer prometheus.Registerer
+	// MetricsInterval is how often the gauges that need a query (queue
+	// depth and oldest-ready age, dead letters) are refreshed while Run
+	// runs: one query for the queues and one for the dead letters. Default 15s.
+	MetricsInterval time.Duration
+	// TracerProvider makes the engine's OpenTelemetry spans. Default: none.
+	TracerProvider trace.TracerProvider
 	// SkipMigrate leaves the schema alone in New: for people who apply
 	// migrations with their own tools (`durable migrate print`).
 	SkipMigrate bool
@@ -113,6 +124,9 @@ func (o Options) withDefaults() Options {
 	if o.MaxPayloadBytes == 0 {
 		o.MaxPayloadBytes = 2 << 20
 	}
+	if o.MetricsInterval == 0 {
+		o.MetricsInterval = 15 * time.Second
+	}
 	if o.CommitGroupSize == 0 {
 		o.CommitGroupSize = 64
 	}
@@ -159,6 +173,8 @@ type Engine struct {
 	hub     *hub
 	running atomic.Bool
 	pools   atomic.Pointer[pools] // set while Run runs
+	metrics *metrics
+	tracer  trace.Tracer
 }
 
 // New returns an engine on pool and brings the database schema up to date
@@ -181,6 +197,15 @@ func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
 		activities: map[string]*activityDef{},
 		names:      map[uintptr]string{},
 		cache:      newRunCache(opts.CacheSize),
+		metrics:    newMetrics(),
+		tracer:     newTracer(opts.TracerProvider),
+	}
+	if opts.Registerer != nil {
+		for _, c := range e.metrics.collectors() {
+			if err := opts.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("engine: register metrics: %w", err)
+			}
+		}
 	}
 	e.hub = newHub(pool, e.log)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
@@ -94,8 +96,14 @@ func start[Out any](ctx context.Context, e *Engine, s *postgres.Store, inTx bool
 	if err != nil {
 		return nil, fmt.Errorf("start workflow %s: %w", name, err)
 	}
+	runID := uuid.NewString()
+	ctx, span := e.tracer.Start(ctx, "durable.start", trace.WithAttributes(
+		attribute.String("durable.workflow.type", name), attribute.String("durable.workflow.id", o.ID),
+		attribute.String("durable.run.id", runID)))
+	defer span.End()
 	r, err := s.CreateRun(ctx, store.CreateRunParams{
-		RunID:        uuid.NewString(),
+		RunID:        runID,
+		TraceContext: encodeTraceContext(ctx),
 		WorkflowID:   o.ID,
 		WorkflowType: name,
 		Queue:        queue,

@@ -10,12 +10,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/wfexec"
 	"github.com/durable-go/durable/workflow"
 )
+
+// errUnregistered marks a task whose type this worker does not have.
+var errUnregistered = errors.New("not registered")
 
 // testHookWorkflowTask, set only by tests, observes workflow tasks.
 var testHookWorkflowTask atomic.Pointer[func(runID string, enter bool)]
@@ -35,15 +40,29 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		defer (*h)(t.RunID, false)
 	}
 	attrs := []slog.Attr{slog.String("run_id", t.RunID), slog.String("workflow", t.WorkflowType)}
+	began := time.Now()
+	ctx, span := e.startSpan(ctx, t.TraceContext, "durable.workflow_task",
+		attribute.String("durable.workflow.type", t.WorkflowType), attribute.String("durable.workflow.id", t.WorkflowID),
+		attribute.String("durable.run.id", t.RunID))
+	var spanErr error
+	defer func() {
+		endSpan(span, spanErr)
+		e.metrics.taskLatency.Observe(time.Since(began).Seconds())
+	}()
 	e.mu.RLock()
 	def := e.workflows[t.WorkflowType]
 	e.mu.RUnlock()
 	if def == nil {
-		e.failWorkflowTask(ctx, t, attrs, fmt.Errorf("workflow type %q is not registered on worker %s: register it, or run it on a queue whose workers have it", t.WorkflowType, e.opts.WorkerID))
+		e.failWorkflowTask(ctx, t, attrs, fmt.Errorf("workflow type %q is %w on worker %s: register it, or run it on a queue whose workers have it", t.WorkflowType, errUnregistered, e.opts.WorkerID))
 		return
 	}
 	x := e.cache.take(t.RunID)
-	if x == nil {
+	cached := x != nil
+	span.SetAttributes(attribute.Bool("durable.cache_hit", cached))
+	if cached {
+		e.metrics.cache.WithLabelValues("hit").Inc()
+	} else {
+		e.metrics.cache.WithLabelValues("miss").Inc()
 		x = wfexec.New(wfexec.Options{
 			RunID: t.RunID, WorkflowID: t.WorkflowID, WorkflowType: t.WorkflowType,
 			Func: def.run, ResolveActivity: e.resolveActivity, Logger: e.log,
@@ -56,10 +75,15 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		events, err = e.store.ListEvents(ctx, t.RunID, x.LastEventID())
 	}
 	if err == nil {
+		applyStart := time.Now()
 		err = x.Apply(events, t.ProcessedEventID)
+		if !cached {
+			e.metrics.replayTime.Observe(time.Since(applyStart).Seconds())
+		}
 	}
 	if err != nil {
 		x.Close()
+		spanErr = err
 		e.failWorkflowTask(ctx, t, attrs, err)
 		return
 	}
@@ -98,6 +122,17 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		return
 	}
 	e.announce(ready)
+	if c := commit.Close; c != nil {
+		if c.Status == store.StatusFailed {
+			e.metrics.outcomes.WithLabelValues("workflow", t.WorkflowType, outcomeFailedFinal).Inc()
+			// A failed run is kept as a dead letter.
+			e.metrics.outcomes.WithLabelValues("workflow", t.WorkflowType, outcomeDeadLettered).Inc()
+		} else {
+			e.metrics.outcomes.WithLabelValues("workflow", t.WorkflowType, outcomeCompleted).Inc()
+		}
+		e.metrics.duration.WithLabelValues("workflow", t.WorkflowType).Observe(commit.Now.Sub(x.StartedAt()).Seconds())
+		span.SetAttributes(attribute.String("durable.run.status", c.Status))
+	}
 	if commit.Close != nil || x.OnlyTimers() {
 		// A closed run is done; a run that only sleeps holds nothing in
 		// memory while it waits, and is rebuilt by replay when it wakes.
@@ -113,10 +148,22 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 func (e *Engine) failWorkflowTask(ctx context.Context, t store.WorkflowTask, attrs []slog.Attr, cause error) {
 	delay := min(time.Second<<min(t.Attempts, 6), time.Minute)
 	level := slog.LevelError
-	var pe *workflow.PanicError
-	if errors.As(cause, &pe) {
+	var (
+		pe *workflow.PanicError
+		nd *workflow.NonDeterminismError
+	)
+	reason := "other"
+	switch {
+	case errors.As(cause, &pe):
 		attrs = append(attrs, slog.String("stack", pe.Stack))
+		reason = "panic"
+	case errors.As(cause, &nd):
+		e.metrics.nondeterminism.Inc()
+		reason = "nondeterminism"
+	case errors.Is(cause, errUnregistered):
+		reason = "unregistered"
 	}
+	e.metrics.taskFailures.WithLabelValues(reason).Inc()
 	e.log.LogAttrs(ctx, level, "workflow task failed; the run waits and the task is retried",
 		append(attrs, slog.String("error", cause.Error()), slog.Int("attempt", t.Attempts+1), slog.Duration("retry_in", delay))...)
 	msg := cause.Error()
@@ -172,7 +219,7 @@ func leaseOf(o activity.Options) time.Duration {
 func (e *Engine) commitParams(t store.WorkflowTask, processed int64, cmds []history.Attributes) (store.CommitWorkflowTaskParams, error) {
 	now := e.now()
 	p := store.CommitWorkflowTaskParams{
-		RunID: t.RunID, WorkflowID: t.WorkflowID, WorkflowQueue: t.Queue, Token: t.Token,
+		RunID: t.RunID, WorkflowID: t.WorkflowID, WorkflowQueue: t.Queue, TraceContext: t.TraceContext, Token: t.Token,
 		ProcessedEventID: processed, Events: cmds, Now: now,
 	}
 	for _, c := range cmds {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/timer"
 )
@@ -37,14 +39,25 @@ func (e *Engine) Run(ctx context.Context) error {
 		NowFunc: e.opts.NowFunc, PollInterval: e.opts.PollInterval, Logger: e.log,
 		OnFire: func(f timer.Fired) {
 			e.announce(store.Ready{WorkflowQueues: f.Queues})
+			for _, t := range f.Timers {
+				e.metrics.timerLag.Observe(t.Lag.Seconds())
+				_, span := e.startSpan(ctx, t.TraceContext, "durable.timer_fire",
+					attribute.String("durable.run.id", t.RunID), attribute.Int64("durable.timer.seq", t.Seq),
+					attribute.Float64("durable.timer.lag_seconds", t.Lag.Seconds()))
+				span.End()
+			}
 		},
 	})
 	tw := e.hub.wake("t:", func() bool { return true })
 	defer e.hub.unwake("t:", tw)
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		scanner.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		e.pollGauges(ctx, e.opts.MetricsInterval)
 	}()
 	go func() {
 		defer wg.Done()

@@ -21,8 +21,18 @@ type Fired struct {
 	Count int
 	// Queues are the workflow queues on which tasks became ready.
 	Queues []string
-	// Lags are, for each fired timer, how late it fired (now - fire time).
-	Lags []time.Duration
+	// Timers describe each fired timer.
+	Timers []FiredTimer
+}
+
+// FiredTimer is one fired timer.
+type FiredTimer struct {
+	RunID string
+	Seq   int64
+	// Lag is how late it fired: the fire time minus the due time.
+	Lag time.Duration
+	// TraceContext is the run's W3C traceparent, or empty.
+	TraceContext string
 }
 
 // Options configure a Scanner.

@@ -65,6 +65,8 @@ type CreateRunParams struct {
 	WorkflowType string
 	Queue        string
 	Input        json.RawMessage
+	// TraceContext is the starting span's W3C traceparent, or empty.
+	TraceContext string
 	Now          time.Time
 	// Notify makes the store announce the new task itself (with NOTIFY, at
 	// commit). The engine sets it when the write happens in a caller's
@@ -116,6 +118,8 @@ type WorkflowTask struct {
 	ProcessedEventID int64
 	// Attempts counts the task's earlier failures.
 	Attempts int
+	// TraceContext is the run's W3C traceparent, or empty.
+	TraceContext string
 	// Events, when set by a hand-off, are the events the handing
 	// transaction appended; a worker whose cached run ends just before them
 	// need not read the history.
@@ -156,6 +160,7 @@ type CommitWorkflowTaskParams struct {
 	// the commit claims.
 	WorkflowID    string
 	WorkflowQueue string
+	TraceContext  string
 	Token         int64
 	// ProcessedEventID is the last history event the task consumed.
 	ProcessedEventID int64
@@ -214,6 +219,8 @@ type ActivityTask struct {
 	LastError string
 	// Heartbeat is the last heartbeat's details, from this or an earlier attempt.
 	Heartbeat json.RawMessage
+	// TraceContext is the run's W3C traceparent, or empty.
+	TraceContext string
 }
 
 // ResolveActivityParams are the inputs of ResolveActivity: the activity is

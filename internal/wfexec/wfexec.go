@@ -6,6 +6,7 @@ package wfexec
 import (
 	"encoding/json"
 	"log/slog"
+	"time"
 
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/history"
@@ -44,6 +45,8 @@ type Executor interface {
 	TakeCommands() []history.Attributes
 	// LastEventID is the ID of the last applied event.
 	LastEventID() int64
+	// StartedAt is the time of the run's WorkflowStarted event.
+	StartedAt() time.Time
 	// OnlyTimers reports whether the run waits on nothing but timers (or
 	// on nothing the engine sends), so it may as well leave memory.
 	OnlyTimers() bool

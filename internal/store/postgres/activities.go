@@ -29,6 +29,7 @@ WHERE t.id = c.id
 RETURNING t.id, coalesce(t.run_id::text, ''),
     coalesce((SELECT r.workflow_id FROM durable_runs r WHERE r.run_id = t.run_id), ''),
     coalesce((SELECT r.queue FROM durable_runs r WHERE r.run_id = t.run_id), ''),
+    coalesce((SELECT r.trace_context FROM durable_runs r WHERE r.run_id = t.run_id), ''),
     t.seq, t.activity, t.queue, t.input, t.idempotency_key, t.attempt, t.max_attempts, t.rate_limited,
     t.options, t.locked_until, t.created_at, coalesce(t.last_error, ''), t.heartbeat`
 
@@ -42,7 +43,7 @@ func (s *Store) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([
 	}
 	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ActivityTask, error) {
 		var t store.ActivityTask
-		err := row.Scan(&t.ID, &t.RunID, &t.WorkflowID, &t.WorkflowQueue, &t.Seq, &t.Activity, &t.Queue, &t.Input, &t.IdempotencyKey,
+		err := row.Scan(&t.ID, &t.RunID, &t.WorkflowID, &t.WorkflowQueue, &t.TraceContext, &t.Seq, &t.Activity, &t.Queue, &t.Input, &t.IdempotencyKey,
 			&t.Attempt, &t.MaxAttempts, &t.RateLimited, &t.Options, &t.LockedUntil, &t.ScheduledAt, &t.LastError, &t.Heartbeat)
 		return t, err
 	})
@@ -73,7 +74,8 @@ WITH task AS (
     SET next_event_id = r.next_event_id + 1, updated_at = @now
     FROM task
     WHERE r.run_id = task.run_id AND r.status = 'running'
-    RETURNING r.run_id, r.queue, r.workflow_id, r.workflow_type, r.processed_event_id, r.next_event_id - 1 AS event_id
+    RETURNING r.run_id, r.queue, r.workflow_id, r.workflow_type, r.processed_event_id, r.next_event_id - 1 AS event_id,
+        r.trace_context
 ), ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
     SELECT run_id, event_id, @type, @attrs, @now FROM run
@@ -92,7 +94,7 @@ WITH task AS (
 )
 SELECT (SELECT count(*) FROM task), wt.queue, coalesce(wt.claimed, false), coalesce(wt.token, 0),
     coalesce(run.run_id::text, ''), coalesce(run.workflow_id, ''), coalesce(run.workflow_type, ''), coalesce(run.processed_event_id, 0),
-    coalesce(run.event_id, 0)
+    coalesce(run.event_id, 0), coalesce(run.trace_context, '')
 FROM (SELECT 1) one LEFT JOIN wt ON true LEFT JOIN run ON true`
 
 // ResolveActivity implements store.Store.
@@ -118,7 +120,7 @@ func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityPar
 		args["failed"], args["error"], args["class"], args["attempts"] = true, f.Failure.Message, f.Failure.Class, f.Failure.Attempts
 	}
 	err = s.queryRow(ctx, in.RunID, resolveActivitySQL, args, func(row pgx.Row) error {
-		return row.Scan(&deleted, &queue, &claimed, &wt.Token, &wt.RunID, &wt.WorkflowID, &wt.WorkflowType, &wt.ProcessedEventID, &eventID)
+		return row.Scan(&deleted, &queue, &claimed, &wt.Token, &wt.RunID, &wt.WorkflowID, &wt.WorkflowType, &wt.ProcessedEventID, &eventID, &wt.TraceContext)
 	})
 	if err != nil {
 		return ready, fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)

@@ -14,8 +14,8 @@ import (
 
 const createRunSQL = `
 WITH run AS (
-    INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, created_at, updated_at)
-    VALUES (@run_id, @workflow_id, @workflow_type, @queue, 'running', @input, 2, @now, @now)
+    INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, trace_context, created_at, updated_at)
+    VALUES (@run_id, @workflow_id, @workflow_type, @queue, 'running', @input, 2, nullif(@trace, ''), @now, @now)
     ON CONFLICT (workflow_id) WHERE status = 'running' DO NOTHING
     RETURNING run_id, queue
 ), ev AS (
@@ -43,6 +43,7 @@ func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.
 	var n, notes int
 	err = s.db.QueryRow(ctx, createRunSQL, pgx.NamedArgs{
 		"notify":        in.Notify,
+		"trace":         in.TraceContext,
 		"run_id":        in.RunID,
 		"workflow_id":   in.WorkflowID,
 		"workflow_type": in.WorkflowType,

@@ -23,7 +23,8 @@ UPDATE durable_workflow_tasks t
 SET locked_by = @worker, locked_until = @until, run_after = @until, token = nextval('durable_task_token')
 FROM c, durable_runs r
 WHERE t.run_id = c.run_id AND r.run_id = t.run_id
-RETURNING t.run_id::text, r.workflow_id, r.workflow_type, t.queue, t.token, r.processed_event_id, t.attempts`
+RETURNING t.run_id::text, r.workflow_id, r.workflow_type, t.queue, t.token, r.processed_event_id, t.attempts,
+    coalesce(r.trace_context, '')`
 
 // ClaimWorkflowTasks implements store.Store.
 func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
@@ -39,7 +40,7 @@ func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([
 	}
 	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkflowTask, error) {
 		var t store.WorkflowTask
-		err := row.Scan(&t.RunID, &t.WorkflowID, &t.WorkflowType, &t.Queue, &t.Token, &t.ProcessedEventID, &t.Attempts)
+		err := row.Scan(&t.RunID, &t.WorkflowID, &t.WorkflowType, &t.Queue, &t.Token, &t.ProcessedEventID, &t.Attempts, &t.TraceContext)
 		return t, err
 	})
 	if err != nil {
@@ -204,6 +205,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 				ID: c.ID, RunID: in.RunID, WorkflowID: in.WorkflowID, WorkflowQueue: in.WorkflowQueue,
 				Seq: a.Seq, Activity: a.Activity, Queue: a.Queue, Input: a.Input, IdempotencyKey: a.IdempotencyKey,
 				Attempt: 1, MaxAttempts: a.MaxAttempts, Options: a.Options, LockedUntil: c.Until, ScheduledAt: in.Now,
+				TraceContext: in.TraceContext,
 			})
 		}
 	}

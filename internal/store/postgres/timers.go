@@ -36,7 +36,7 @@ WITH due AS (
     SET next_event_id = r.next_event_id + per_run.n, updated_at = @now
     FROM per_run
     WHERE r.run_id = per_run.run_id AND r.status = 'running'
-    RETURNING r.run_id, r.queue, r.next_event_id - per_run.n AS first_id
+    RETURNING r.run_id, r.queue, r.next_event_id - per_run.n AS first_id, r.trace_context
 ), ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
     SELECT del.run_id, run.first_id + row_number() OVER (PARTITION BY del.run_id ORDER BY del.seq) - 1,
@@ -50,21 +50,28 @@ WITH due AS (
 )
 SELECT (SELECT count(*) FROM del),
     coalesce((SELECT array_agg(DISTINCT queue) FROM wt), '{}'),
-    coalesce((SELECT array_agg(extract(epoch FROM (@now - fire_at))::float8) FROM del), '{}')`
+    coalesce((SELECT json_agg(json_build_object('run_id', del.run_id, 'seq', del.seq,
+        'lag', extract(epoch FROM (@now - del.fire_at))::float8, 'trace', coalesce(run.trace_context, '')))
+        FROM del JOIN run ON run.run_id = del.run_id), '[]')`
 
 // FireTimers implements timer.Store.
 func (s *Store) FireTimers(ctx context.Context, now time.Time, limit int) (timer.Fired, error) {
 	var (
-		f    timer.Fired
-		lags []float64
+		f     timer.Fired
+		fired []struct {
+			RunID string  `json:"run_id"`
+			Seq   int64   `json:"seq"`
+			Lag   float64 `json:"lag"`
+			Trace string  `json:"trace"`
+		}
 	)
-	err := s.db.QueryRow(ctx, fireTimersSQL, pgx.NamedArgs{"now": now, "limit": limit}).Scan(&f.Count, &f.Queues, &lags)
+	err := s.db.QueryRow(ctx, fireTimersSQL, pgx.NamedArgs{"now": now, "limit": limit}).Scan(&f.Count, &f.Queues, &fired)
 	if err != nil {
 		return f, fmt.Errorf("fire timers: %w", err)
 	}
-	f.Lags = make([]time.Duration, len(lags))
-	for i, l := range lags {
-		f.Lags[i] = time.Duration(l * float64(time.Second))
+	for _, t := range fired {
+		lag := time.Duration(t.Lag * float64(time.Second))
+		f.Timers = append(f.Timers, timer.FiredTimer{RunID: t.RunID, Seq: t.Seq, Lag: lag, TraceContext: t.Trace})
 	}
 	return f, nil
 }

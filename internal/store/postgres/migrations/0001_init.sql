@@ -11,6 +11,9 @@ CREATE TABLE durable_runs (
     failure            jsonb,
     next_event_id      bigint      NOT NULL DEFAULT 1,
     processed_event_id bigint      NOT NULL DEFAULT 0,
+    -- trace_context is the W3C traceparent of the span that started the
+    -- run: the parent of every later span, so a run is one trace.
+    trace_context      text,
     created_at         timestamptz NOT NULL,
     updated_at         timestamptz NOT NULL,
     closed_at          timestamptz

@@ -1,0 +1,225 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/durable-go/durable/activity"
+	"github.com/durable-go/durable/durabletest"
+	"github.com/durable-go/durable/engine"
+	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/workflow"
+)
+
+func NapThenAdd(ctx workflow.Context, n int) (int, error) {
+	if err := workflow.Sleep(ctx, 10*time.Millisecond); err != nil {
+		return 0, err
+	}
+	return workflow.ExecuteActivity(ctx, Add, n).Get(ctx)
+}
+
+func TestMetricsMatchTheWorkload(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	reg := prometheus.NewRegistry()
+	e := newEngine(t, pool, engine.Options{Registerer: reg, MetricsInterval: 20 * time.Millisecond})
+	registerPipeline(t, e)
+	require.NoError(t, engine.RegisterWorkflow(e, NapThenAdd, engine.WorkflowOptions{}))
+	var flakyCalls atomic.Int32
+	flaky := func(context.Context, int) (int, error) {
+		if flakyCalls.Add(1) <= 2 {
+			return 0, errors.New("try again")
+		}
+		return 1, nil
+	}
+	broken := func(context.Context, int) (int, error) { return 0, activity.Permanent(errors.New("bad input")) }
+	require.NoError(t, engine.RegisterActivity(e, flaky, activity.Options{Name: "Flaky", Retry: fastRetry(5)}))
+	require.NoError(t, engine.RegisterActivity(e, broken, activity.Options{Name: "Broken"}))
+	run(t, e)
+	ctx := resultCtx(t)
+
+	// The workload: two three-activity workflows, one that sleeps, a job
+	// that fails twice and then succeeds, a job that fails for good.
+	for i := range 2 {
+		r, err := engine.Start(ctx, e, Pipeline, i, engine.StartOptions{})
+		require.NoError(t, err)
+		_, err = r.Result(ctx)
+		require.NoError(t, err)
+	}
+	nap, err := engine.Start(ctx, e, NapThenAdd, 1, engine.StartOptions{})
+	require.NoError(t, err)
+	_, err = nap.Result(ctx)
+	require.NoError(t, err)
+	_, err = engine.Enqueue(ctx, e, flaky, 0, engine.JobOptions{})
+	require.NoError(t, err)
+	_, err = engine.Enqueue(ctx, e, broken, 0, engine.JobOptions{})
+	require.NoError(t, err)
+	waitDeadLetter(t, e, engine.DeadJob)
+	require.Eventually(t, func() bool {
+		return value(reg, "durable_outcomes_total", "kind", "activity", "type", "Flaky", "outcome", "completed") == 1
+	}, 20*time.Second, 5*time.Millisecond)
+
+	out := func(kind, typ, outcome string) float64 {
+		return value(reg, "durable_outcomes_total", "kind", kind, "type", typ, "outcome", outcome)
+	}
+	require.Equal(t, 2.0, out("workflow", "Pipeline", "completed"))
+	require.Equal(t, 1.0, out("workflow", "NapThenAdd", "completed"))
+	require.Equal(t, 3.0, out("activity", "Add", "completed"), "two pipelines and the nap")
+	require.Equal(t, 2.0, out("activity", "Double", "completed"))
+	require.Equal(t, 2.0, out("activity", "Flaky", "failed_retrying"))
+	require.Equal(t, 1.0, out("activity", "Flaky", "completed"))
+	require.Equal(t, 1.0, out("activity", "Broken", "failed_final"))
+	require.Equal(t, 1.0, out("activity", "Broken", "dead_lettered"))
+	require.Equal(t, 0.0, out("activity", "Broken", "failed_retrying"), "a permanent error is not retried")
+
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	counts := map[string]uint64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if h := m.GetHistogram(); h != nil {
+				counts[f.GetName()] += h.GetSampleCount()
+			}
+		}
+	}
+	require.Equal(t, uint64(1), counts["durable_timer_lag_seconds"], "one timer fired")
+	require.Equal(t, uint64(3+7+3+1), counts["durable_duration_seconds"], "3 workflows, 7 workflow activities, the jobs' 3 + 1 attempts")
+	require.Positive(t, counts["durable_workflow_task_seconds"])
+	require.Eventually(t, func() bool {
+		return value(reg, "durable_dead_letters", "kind", "job") == 1
+	}, 20*time.Second, 5*time.Millisecond, "the periodic query reports the dead letter")
+	require.Equal(t, 0.0, value(reg, "durable_dead_letters", "kind", "workflow"))
+	require.Equal(t, 1, testutil.CollectAndCount(reg, "durable_nondeterminism_errors_total"), "registered, at zero")
+}
+
+// value returns the value of the counter or gauge series name{labels}, or 0
+// if it has not been written. labels are name, value pairs.
+func value(reg *prometheus.Registry, name string, labels ...string) float64 {
+	want := map[string]string{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		want[labels[i]] = labels[i+1]
+	}
+	families, _ := reg.Gather()
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := want[l.GetName()]; ok && v != l.GetValue() {
+					continue metric
+				}
+			}
+			return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return 0
+}
+
+func SleepWeekBetween(ctx workflow.Context, n int) (int, error) {
+	a, err := workflow.ExecuteActivity(ctx, Add, n).Get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	workflow.Logger(ctx).Info("sleeping a week")
+	if err := workflow.Sleep(ctx, 7*24*time.Hour); err != nil {
+		return 0, err
+	}
+	return workflow.ExecuteActivity(ctx, Double, a).Get(ctx)
+}
+
+func TestOneTraceAcrossAWeekOfSleep(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
+	env := durabletest.New(t, durabletest.Options{Engine: engine.Options{TracerProvider: tp}})
+	require.NoError(t, engine.RegisterWorkflow(env.Engine, SleepWeekBetween, engine.WorkflowOptions{}))
+	require.NoError(t, engine.RegisterActivity(env.Engine, Add, activity.Options{}))
+	require.NoError(t, engine.RegisterActivity(env.Engine, Double, activity.Options{}))
+	env.Run()
+	ctx := resultCtx(t)
+	r, err := engine.Start(ctx, env.Engine, SleepWeekBetween, 1, engine.StartOptions{})
+	require.NoError(t, err)
+	got, err := r.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 4, got)
+
+	var spans tracetest.SpanStubs
+	require.Eventually(t, func() bool {
+		spans = exp.GetSpans()
+		return len(spans) >= 7
+	}, 10*time.Second, 5*time.Millisecond)
+	byName := map[string][]tracetest.SpanStub{}
+	for _, s := range spans {
+		byName[s.Name] = append(byName[s.Name], s)
+	}
+	require.Len(t, byName["durable.start"], 1)
+	start := byName["durable.start"][0]
+	require.Len(t, byName["durable.workflow_task"], 4, "at the start, after each activity, after the timer")
+	require.Len(t, byName["durable.activity"], 2)
+	require.Len(t, byName["durable.timer_fire"], 1)
+	for _, s := range spans {
+		require.Equal(t, start.SpanContext.TraceID(), s.SpanContext.TraceID(), "%s is in the run's trace", s.Name)
+		if s.Name != "durable.start" {
+			require.Equal(t, start.SpanContext.SpanID(), s.Parent.SpanID(), "%s is a child of the start span", s.Name)
+		}
+	}
+	attrs := map[string]string{}
+	for _, kv := range byName["durable.activity"][1].Attributes {
+		attrs[string(kv.Key)] = kv.Value.Emit()
+	}
+	require.Equal(t, "Double", attrs["durable.activity"], "the activity after the week")
+	require.Equal(t, "1", attrs["durable.attempt"])
+}
+
+// logBuffer collects log output safely.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestReplayedWorkflowCodeLogsNothing(t *testing.T) {
+	t.Parallel()
+	logs := &logBuffer{}
+	// The run leaves the cache while it sleeps, so the code after the week
+	// runs on a replay that passes the log line again.
+	env := durabletest.New(t, durabletest.Options{Engine: engine.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))}})
+	require.NoError(t, engine.RegisterWorkflow(env.Engine, SleepWeekBetween, engine.WorkflowOptions{}))
+	require.NoError(t, engine.RegisterActivity(env.Engine, Add, activity.Options{}))
+	require.NoError(t, engine.RegisterActivity(env.Engine, Double, activity.Options{}))
+	env.Run()
+	ctx := resultCtx(t)
+	r, err := engine.Start(ctx, env.Engine, SleepWeekBetween, 1, engine.StartOptions{})
+	require.NoError(t, err)
+	_, err = r.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(logs.String(), "sleeping a week"), "the line is logged once:\n%s", logs.String())
+	require.Contains(t, logs.String(), "run_id="+r.RunID, "the workflow logger carries the run")
+}
