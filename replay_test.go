@@ -15,6 +15,7 @@ import (
 	"github.com/durable-go/durable/durabletest"
 	"github.com/durable-go/durable/engine"
 	"github.com/durable-go/durable/examples/onboarding/onboard"
+	"github.com/durable-go/durable/examples/ordersaga/checkout"
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/pgtest"
 )
@@ -23,7 +24,10 @@ var update = flag.Bool("update", false, "record testdata/histories again from th
 
 // register registers every example's workflows on e.
 func register(e *engine.Engine) error {
-	return onboard.Register(e)
+	if err := onboard.Register(e); err != nil {
+		return err
+	}
+	return checkout.Register(e, &checkout.Activities{})
 }
 
 // scenarios are the example runs whose histories are recorded: name, and a
@@ -40,6 +44,30 @@ var scenarios = []struct {
 	{"onboarding-completed", func(ctx context.Context, t *testing.T, env *durabletest.Env) string {
 		onboard.Configure(io.Discard, true)
 		return startOnboarding(ctx, t, env)
+	}},
+	{"ordersaga-shipped", func(ctx context.Context, t *testing.T, env *durabletest.Env) string {
+		o := checkout.Order{ID: "A-1001", SKU: "BOOK-42", Qty: 2, Cents: 4900, Card: "card_4242", Country: "NL"}
+		r, err := engine.Start(ctx, env.Engine, checkout.PlaceOrder, o, engine.StartOptions{ID: "order:" + o.ID})
+		require.NoError(t, err)
+		_, err = r.Result(ctx)
+		require.NoError(t, err)
+		return r.WorkflowID
+	}},
+	{"ordersaga-ship-refused", func(ctx context.Context, t *testing.T, env *durabletest.Env) string {
+		o := checkout.Order{ID: "A-1002", SKU: "BOOK-42", Qty: 2, Cents: 4900, Card: "card_4242", Country: checkout.NoServiceCountry}
+		r, err := engine.Start(ctx, env.Engine, checkout.PlaceOrder, o, engine.StartOptions{ID: "order:" + o.ID})
+		require.NoError(t, err)
+		_, err = r.Result(ctx)
+		require.ErrorContains(t, err, "carrier does not ship to AQ; compensated", "refunded and released")
+		return r.WorkflowID
+	}},
+	{"ordersaga-card-declined", func(ctx context.Context, t *testing.T, env *durabletest.Env) string {
+		o := checkout.Order{ID: "A-1003", SKU: "BOOK-42", Qty: 2, Cents: 4900, Card: checkout.DeclinedCard, Country: "NL"}
+		r, err := engine.Start(ctx, env.Engine, checkout.PlaceOrder, o, engine.StartOptions{ID: "order:" + o.ID})
+		require.NoError(t, err)
+		_, err = r.Result(ctx)
+		require.ErrorContains(t, err, "card card_declined declined; compensated", "released")
+		return r.WorkflowID
 	}},
 }
 

@@ -77,23 +77,29 @@ func (e *Engine) Redrive(ctx context.Context, id int64) (RedriveResult, error) {
 	return RedriveResult{Redriven: res.Redriven, RunID: res.RunID}, nil
 }
 
-// RedriveAll redrives every pending dead letter that f selects and returns
-// how many it redrove.
+// RedriveAll redrives every pending dead letter that f selects (f.Limit is
+// ignored) and returns how many it redrove.
 func (e *Engine) RedriveAll(ctx context.Context, f DeadLetterFilter) (int, error) {
-	f.Pending = true
-	ds, err := e.store.ListDeadLetters(ctx, f)
-	if err != nil {
-		return 0, err
-	}
+	f.Pending, f.Limit = true, 100
 	n := 0
-	for _, d := range ds {
-		res, err := e.Redrive(ctx, d.ID)
+	for {
+		ds, err := e.store.ListDeadLetters(ctx, f)
 		if err != nil {
 			return n, err
 		}
-		if res.Redriven {
-			n++
+		page := 0
+		for _, d := range ds {
+			res, err := e.Redrive(ctx, d.ID)
+			if err != nil {
+				return n, err
+			}
+			if res.Redriven {
+				page++
+			}
+		}
+		n += page
+		if len(ds) < f.Limit || page == 0 {
+			return n, nil
 		}
 	}
-	return n, nil
 }

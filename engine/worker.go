@@ -201,6 +201,10 @@ func pollLoop[T any](ctx context.Context, e *Engine, kind, queue string, p *work
 		case <-ctx.Done():
 			return
 		}
+		if ctx.Err() != nil { // both were ready and select chose the slot
+			p.release()
+			return
+		}
 		free := 1
 		for free < cap(p.sem) && p.tryAcquire() {
 			free++

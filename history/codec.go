@@ -21,6 +21,13 @@ func init() {
 	register[TimerFired]()
 	register[TimerCanceled]()
 	register[SideEffectRecorded]()
+	register[SignalReceived]()
+	register[WorkflowCancelRequested]()
+	register[WorkflowCanceled]()
+	register[WorkflowTerminated]()
+	register[ActivityCanceled]()
+	register[VersionMarker]()
+	register[WorkflowContinuedAsNew]()
 }
 
 func register[T Attributes]() {

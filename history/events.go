@@ -116,16 +116,79 @@ type SideEffectRecorded struct {
 	Value json.RawMessage `json:"value"`
 }
 
-func (WorkflowStarted) EventType() string    { return "workflow_started" }
-func (WorkflowCompleted) EventType() string  { return "workflow_completed" }
-func (WorkflowFailed) EventType() string     { return "workflow_failed" }
-func (ActivityScheduled) EventType() string  { return "activity_scheduled" }
-func (ActivityCompleted) EventType() string  { return "activity_completed" }
-func (ActivityFailed) EventType() string     { return "activity_failed" }
-func (TimerStarted) EventType() string       { return "timer_started" }
-func (TimerFired) EventType() string         { return "timer_fired" }
-func (TimerCanceled) EventType() string      { return "timer_canceled" }
-func (SideEffectRecorded) EventType() string { return "side_effect_recorded" }
+// SignalReceived is written when a signal is sent to the run.
+type SignalReceived struct {
+	Name    string          `json:"name"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// WorkflowCancelRequested is written when someone asks the run to cancel.
+type WorkflowCancelRequested struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// WorkflowCanceled is written when the workflow returns after a cancel
+// request with a canceled error.
+type WorkflowCanceled struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// WorkflowTerminated is written when the run is stopped at once, without
+// running workflow code.
+type WorkflowTerminated struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// ActivityCanceled is written when workflow code gives up on an activity
+// (the run was canceled); its task is removed.
+type ActivityCanceled struct {
+	Seq int64 `json:"seq"`
+}
+
+// VersionMarker records the version workflow.GetVersion chose for a change.
+type VersionMarker struct {
+	ChangeID string `json:"change_id"`
+	Version  int    `json:"version"`
+}
+
+// WorkflowContinuedAsNew closes the run and starts a new run of the same
+// workflow ID with Input.
+type WorkflowContinuedAsNew struct {
+	Input    json.RawMessage `json:"input"`
+	NewRunID string          `json:"new_run_id"`
+}
+
+func (WorkflowStarted) EventType() string         { return "workflow_started" }
+func (SignalReceived) EventType() string          { return "signal_received" }
+func (WorkflowCancelRequested) EventType() string { return "workflow_cancel_requested" }
+func (WorkflowCanceled) EventType() string        { return "workflow_canceled" }
+func (WorkflowTerminated) EventType() string      { return "workflow_terminated" }
+func (ActivityCanceled) EventType() string        { return "activity_canceled" }
+func (VersionMarker) EventType() string           { return "version_marker" }
+func (WorkflowContinuedAsNew) EventType() string  { return "workflow_continued_as_new" }
+func (SignalReceived) IsCommand() bool            { return false }
+func (WorkflowCancelRequested) IsCommand() bool   { return false }
+func (WorkflowCanceled) IsCommand() bool          { return true }
+func (WorkflowTerminated) IsCommand() bool        { return false }
+func (ActivityCanceled) IsCommand() bool          { return true }
+func (VersionMarker) IsCommand() bool             { return true }
+func (WorkflowContinuedAsNew) IsCommand() bool    { return true }
+func (SignalReceived) sealed()                    {}
+func (WorkflowCancelRequested) sealed()           {}
+func (WorkflowCanceled) sealed()                  {}
+func (WorkflowTerminated) sealed()                {}
+func (ActivityCanceled) sealed()                  {}
+func (VersionMarker) sealed()                     {}
+func (WorkflowContinuedAsNew) sealed()            {}
+func (WorkflowCompleted) EventType() string       { return "workflow_completed" }
+func (WorkflowFailed) EventType() string          { return "workflow_failed" }
+func (ActivityScheduled) EventType() string       { return "activity_scheduled" }
+func (ActivityCompleted) EventType() string       { return "activity_completed" }
+func (ActivityFailed) EventType() string          { return "activity_failed" }
+func (TimerStarted) EventType() string            { return "timer_started" }
+func (TimerFired) EventType() string              { return "timer_fired" }
+func (TimerCanceled) EventType() string           { return "timer_canceled" }
+func (SideEffectRecorded) EventType() string      { return "side_effect_recorded" }
 
 func (WorkflowStarted) IsCommand() bool    { return false }
 func (WorkflowCompleted) IsCommand() bool  { return true }

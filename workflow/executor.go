@@ -32,6 +32,7 @@ type executor struct {
 	canceled map[int64]bool            // timers canceled by the code; a late TimerFired is ignored
 
 	now          time.Time
+	startedAt    time.Time
 	replaying    bool
 	lastEventID  int64
 	replayedUpTo int64
@@ -61,6 +62,8 @@ func newExecutor(o wfexec.Options) *executor {
 }
 
 func (x *executor) LastEventID() int64 { return x.lastEventID }
+
+func (x *executor) StartedAt() time.Time { return x.startedAt }
 
 // OnlyTimers reports whether every open future of the run is a timer (or
 // there are none): the run waits for time or for a signal, and nothing is
@@ -118,6 +121,7 @@ func (x *executor) apply(ev history.Event) error {
 			return x.nondeterminism(ev, "a second workflow start")
 		}
 		input := a.Input
+		x.startedAt = ev.Time
 		x.d.spawn("main", func() { x.runMain(input) })
 	case history.ActivityCompleted:
 		f, err := x.future(ev, a.Seq)
