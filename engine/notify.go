@@ -24,6 +24,9 @@ func (e *Engine) announce(r store.Ready) {
 	}
 	if r.ClosedRun != "" {
 		keys = append(keys, "c:"+r.ClosedRun)
+		if r.Closed != nil {
+			e.hub.deliverClose(r.ClosedRun, r.Closed)
+		}
 	}
 	if r.TimerAt != nil {
 		keys = append(keys, "t:")
@@ -66,6 +69,7 @@ type hub struct {
 	mu      sync.Mutex // guards the subscriber maps and pending
 	wakes   map[string][]*waker
 	waiters map[string]map[chan struct{}]struct{}
+	closes  map[string]map[chan *store.CloseRun]struct{}
 	pending map[string]bool // notifications for other processes, not yet sent
 	flush   chan struct{}
 }
@@ -81,6 +85,7 @@ func newHub(pool *pgxpool.Pool, log *slog.Logger) *hub {
 	return &hub{
 		pool: pool, log: log,
 		wakes: map[string][]*waker{}, waiters: map[string]map[chan struct{}]struct{}{},
+		closes: map[string]map[chan *store.CloseRun]struct{}{},
 		pending: map[string]bool{}, flush: make(chan struct{}, 1),
 	}
 }
@@ -159,17 +164,23 @@ type runSub struct {
 	h     *hub
 	runID string
 	c     chan struct{}
+	// closed receives how the run closed, when it closed in this process.
+	closed chan *store.CloseRun
 }
 
 // subscribeRun returns a subscription whose channel receives a value when
 // the run closes (or when notifications may have been lost).
 func (h *hub) subscribeRun(_ context.Context, runID string) *runSub {
-	s := &runSub{h: h, runID: runID, c: make(chan struct{}, 1)}
+	s := &runSub{h: h, runID: runID, c: make(chan struct{}, 1), closed: make(chan *store.CloseRun, 1)}
 	h.mu.Lock()
 	if h.waiters[runID] == nil {
 		h.waiters[runID] = map[chan struct{}]struct{}{}
 	}
 	h.waiters[runID][s.c] = struct{}{}
+	if h.closes[runID] == nil {
+		h.closes[runID] = map[chan *store.CloseRun]struct{}{}
+	}
+	h.closes[runID][s.closed] = struct{}{}
 	h.mu.Unlock()
 	h.acquire()
 	return s
@@ -181,8 +192,25 @@ func (s *runSub) close() {
 	if len(s.h.waiters[s.runID]) == 0 {
 		delete(s.h.waiters, s.runID)
 	}
+	delete(s.h.closes[s.runID], s.closed)
+	if len(s.h.closes[s.runID]) == 0 {
+		delete(s.h.closes, s.runID)
+	}
 	s.h.mu.Unlock()
 	s.h.release()
+}
+
+// deliverClose hands how a run closed to its waiters in this process, so
+// they need not read it back.
+func (h *hub) deliverClose(runID string, c *store.CloseRun) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.closes[runID] {
+		select {
+		case ch <- c:
+		default:
+		}
+	}
 }
 
 func signal(c chan struct{}) {

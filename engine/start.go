@@ -158,6 +158,28 @@ func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 	defer sub.close()
 	for {
 		run, err := r.e.store.GetRun(ctx, r.RunID)
+		if err == nil && run.Status == store.StatusRunning {
+			// Wait for the close, here or elsewhere, or the backstop poll.
+			t := time.NewTimer(r.e.opts.PollInterval)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return out, ctx.Err()
+			case c := <-sub.closed:
+				t.Stop()
+				run.Status, run.Result, run.Failure = c.Status, c.Result, c.Failure
+			case <-sub.c:
+				t.Stop()
+				select {
+				case c := <-sub.closed: // closed here: no need to read it back
+					run.Status, run.Result, run.Failure = c.Status, c.Result, c.Failure
+				default:
+					continue
+				}
+			case <-t.C:
+				continue
+			}
+		}
 		if errors.Is(err, store.ErrNotFound) {
 			return out, fmt.Errorf("result of run %s: %w", r.RunID, ErrRunNotFound)
 		}
@@ -170,23 +192,13 @@ func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 				return out, fmt.Errorf("result of run %s: decode into %T: %w", r.RunID, out, err)
 			}
 			return out, nil
-		case store.StatusRunning:
 		default:
 			f := history.Failure{Message: run.Status}
 			if run.Failure != nil {
 				f = *run.Failure
 			}
-			return out, &WorkflowError{WorkflowID: run.WorkflowID, RunID: run.RunID, Failure: f}
+			return out, &WorkflowError{WorkflowID: r.WorkflowID, RunID: r.RunID, Failure: f}
 		}
-		t := time.NewTimer(r.e.opts.PollInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return out, ctx.Err()
-		case <-sub.c:
-		case <-t.C:
-		}
-		t.Stop()
 	}
 }
 

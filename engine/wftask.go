@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -132,6 +133,19 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		}
 		e.metrics.duration.WithLabelValues("workflow", t.WorkflowType).Observe(commit.Now.Sub(x.StartedAt()).Seconds())
 		span.SetAttributes(attribute.String("durable.run.status", c.Status))
+	}
+	// If the commands went right after the events the run has seen, the
+	// cached run takes them as its history now, so the next task of the run
+	// need not read them back.
+	if ready.FirstEventID == x.LastEventID()+1 && len(commit.Events) > 0 && commit.Close == nil {
+		own := make([]history.Event, len(commit.Events))
+		for i, a := range commit.Events {
+			own[i] = history.Event{ID: ready.FirstEventID + int64(i), Time: commit.Now, Attributes: a}
+		}
+		if err := x.Apply(own, math.MaxInt64); err != nil {
+			x.Close() // cannot happen: they are its own commands; replay decides
+			return
+		}
 	}
 	if commit.Close != nil || x.OnlyTimers() {
 		// A closed run is done; a run that only sleeps holds nothing in

@@ -83,10 +83,13 @@ type Ready struct {
 	WorkflowQueues []string
 	// ActivityQueues have an activity task that became ready now.
 	ActivityQueues []string
-	// ClosedRun is set when the write closed a run.
+	// ClosedRun is set when the write closed a run, and Closed says how.
 	ClosedRun string
+	Closed    *CloseRun
 	// TimerAt is the earliest timer the write created, if any.
 	TimerAt *time.Time
+	// FirstEventID is the ID CommitWorkflowTask gave the first of its events.
+	FirstEventID int64
 	// WorkflowTasks and ActivityTasks were claimed for the writing worker
 	// (see ClaimAs): it runs them itself.
 	WorkflowTasks []WorkflowTask

@@ -123,7 +123,7 @@ WITH lock AS (
     WHERE t.run_id = run.run_id AND @close_status::text IS NULL AND run.first_id <> @processed + 1
     RETURNING t.queue
 )
-SELECT (SELECT count(*) FROM run),
+SELECT (SELECT count(*) FROM run), (SELECT first_id FROM run),
     (SELECT array_agg(DISTINCT queue) FROM acts WHERE run_after <= @now AND locked_by IS NULL),
     (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until)) FROM acts WHERE locked_by IS NOT NULL),
     (SELECT queue FROM rel),
@@ -183,9 +183,10 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 		ok       int
 		released *string
 		claimed  []claimedActivity
+		first    *int64
 	)
 	err = s.queryRow(ctx, in.RunID, commitWorkflowTaskSQL, args, func(row pgx.Row) error {
-		return row.Scan(&ok, &ready.ActivityQueues, &claimed, &released, &ready.TimerAt)
+		return row.Scan(&ok, &first, &ready.ActivityQueues, &claimed, &released, &ready.TimerAt)
 	})
 	if err != nil {
 		return ready, fmt.Errorf("commit workflow task of run %s: %w", in.RunID, translate(err))
@@ -195,6 +196,9 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 	}
 	if released != nil {
 		ready.WorkflowQueues = []string{*released}
+	}
+	if first != nil {
+		ready.FirstEventID = *first
 	}
 	for _, c := range claimed {
 		for _, a := range in.Activities {
@@ -210,7 +214,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 		}
 	}
 	if in.Close != nil {
-		ready.ClosedRun = in.RunID
+		ready.ClosedRun, ready.Closed = in.RunID, in.Close
 	}
 	return ready, nil
 }
