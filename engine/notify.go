@@ -85,7 +85,7 @@ func newHub(pool *pgxpool.Pool, log *slog.Logger) *hub {
 	return &hub{
 		pool: pool, log: log,
 		wakes: map[string][]*waker{}, waiters: map[string]map[chan struct{}]struct{}{},
-		closes: map[string]map[chan *store.CloseRun]struct{}{},
+		closes:  map[string]map[chan *store.CloseRun]struct{}{},
 		pending: map[string]bool{}, flush: make(chan struct{}, 1),
 	}
 }

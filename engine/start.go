@@ -150,14 +150,16 @@ func (e *WorkflowError) Error() string {
 }
 
 // Result waits until the run closes and returns its result, or a
-// *WorkflowError if it failed. It waits on a notification, not a poll; a slow
+// *WorkflowError if it failed, was canceled or terminated. A run that
+// continued as new is followed to the run that continues it. It waits on a notification, not a poll; a slow
 // poll (Options.PollInterval) backs it up. Cancel ctx to stop waiting.
 func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 	var out Out
-	sub := r.e.hub.subscribeRun(ctx, r.RunID)
-	defer sub.close()
+	runID := r.RunID
+	sub := r.e.hub.subscribeRun(ctx, runID)
+	defer func() { sub.close() }()
 	for {
-		run, err := r.e.store.GetRun(ctx, r.RunID)
+		run, err := r.e.store.GetRun(ctx, runID)
 		if err == nil && run.Status == store.StatusRunning {
 			// Wait for the close, here or elsewhere, or the backstop poll.
 			t := time.NewTimer(r.e.opts.PollInterval)
@@ -181,15 +183,27 @@ func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 			}
 		}
 		if errors.Is(err, store.ErrNotFound) {
-			return out, fmt.Errorf("result of run %s: %w", r.RunID, ErrRunNotFound)
+			return out, fmt.Errorf("result of run %s: %w", runID, ErrRunNotFound)
 		}
 		if err != nil {
-			return out, fmt.Errorf("result of run %s: %w", r.RunID, err)
+			return out, fmt.Errorf("result of run %s: %w", runID, err)
 		}
 		switch run.Status {
+		case store.StatusContinuedAsNew:
+			// Follow the workflow ID to the run that continues this one.
+			next, err := r.e.store.GetRunByWorkflowID(ctx, r.WorkflowID)
+			if err != nil {
+				return out, fmt.Errorf("result of run %s: follow continue-as-new: %w", runID, err)
+			}
+			if next.RunID != runID {
+				sub.close()
+				runID = next.RunID
+				sub = r.e.hub.subscribeRun(ctx, runID)
+			}
+			continue
 		case store.StatusCompleted:
 			if err := decodePayload(run.Result, &out); err != nil {
-				return out, fmt.Errorf("result of run %s: decode into %T: %w", r.RunID, out, err)
+				return out, fmt.Errorf("result of run %s: decode into %T: %w", runID, out, err)
 			}
 			return out, nil
 		default:
@@ -197,7 +211,7 @@ func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 			if run.Failure != nil {
 				f = *run.Failure
 			}
-			return out, &WorkflowError{WorkflowID: r.WorkflowID, RunID: r.RunID, Failure: f}
+			return out, &WorkflowError{WorkflowID: r.WorkflowID, RunID: runID, Failure: f}
 		}
 	}
 }

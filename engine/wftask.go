@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/durable-go/durable/activity"
@@ -128,7 +129,7 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 			e.metrics.outcomes.WithLabelValues("workflow", t.WorkflowType, outcomeFailedFinal).Inc()
 			// A failed run is kept as a dead letter.
 			e.metrics.outcomes.WithLabelValues("workflow", t.WorkflowType, outcomeDeadLettered).Inc()
-		} else {
+		} else if c.Status == store.StatusCompleted {
 			e.metrics.outcomes.WithLabelValues("workflow", t.WorkflowType, outcomeCompleted).Inc()
 		}
 		e.metrics.duration.WithLabelValues("workflow", t.WorkflowType).Observe(commit.Now.Sub(x.StartedAt()).Seconds())
@@ -236,7 +237,7 @@ func (e *Engine) commitParams(t store.WorkflowTask, processed int64, cmds []hist
 		RunID: t.RunID, WorkflowID: t.WorkflowID, WorkflowQueue: t.Queue, TraceContext: t.TraceContext, Token: t.Token,
 		ProcessedEventID: processed, Events: cmds, Now: now,
 	}
-	for _, c := range cmds {
+	for i, c := range cmds {
 		switch c := c.(type) {
 		case history.ActivityScheduled:
 			a, err := e.newActivityTask(t.RunID, c, now)
@@ -252,6 +253,16 @@ func (e *Engine) commitParams(t store.WorkflowTask, processed int64, cmds []hist
 			p.Close = &store.CloseRun{Status: store.StatusCompleted, Result: c.Result}
 		case history.WorkflowFailed:
 			p.Close = &store.CloseRun{Status: store.StatusFailed, Failure: &c.Failure}
+		case history.ActivityCanceled:
+			p.CanceledActivities = append(p.CanceledActivities, c.Seq)
+		case history.WorkflowCanceled:
+			p.Close = &store.CloseRun{Status: store.StatusCanceled, Failure: &history.Failure{Message: "canceled: " + c.Reason, Class: "canceled"}}
+		case history.WorkflowContinuedAsNew:
+			// The new run's ID is chosen here and recorded in the event.
+			c.NewRunID = uuid.NewString()
+			cmds[i] = c
+			p.Close = &store.CloseRun{Status: store.StatusContinuedAsNew}
+			p.ContinueAs = &store.NewRun{RunID: c.NewRunID, Input: c.Input}
 		}
 	}
 	// A timer started and canceled in the same task never gets a row: the

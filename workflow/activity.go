@@ -31,8 +31,11 @@ func ExecuteActivity[In, Out any](ctx Context, fn func(context.Context, In) (Out
 	if err != nil {
 		return failedFuture[Out](name, fmt.Errorf("encode options of activity %s: %w", name, err))
 	}
+	if IsCanceled(ctx) {
+		return failedFuture[Out](name, ErrCanceled)
+	}
 	seq := x.nextSeq()
-	f := &future{name: "activity " + name, activity: name}
+	f := &future{name: "activity " + name, activity: name, seq: seq, detached: ctx.detached}
 	x.futures[seq] = f
 	x.command(history.ActivityScheduled{Seq: seq, Activity: name, Queue: opts.Queue, Input: input, Options: encoded})
 	return typedFuture[Out]{f}

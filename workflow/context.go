@@ -19,6 +19,8 @@ import (
 type Context struct {
 	x  *executor
 	ao *activity.Options
+	// detached contexts are not affected by the run's cancellation.
+	detached bool
 }
 
 func (c Context) exec() *executor {
@@ -34,6 +36,21 @@ func WithActivityOptions(ctx Context, o activity.Options) Context {
 	ctx.exec()
 	ctx.ao = &o
 	return ctx
+}
+
+// NewDisconnectedContext returns a Context that the run's cancellation does
+// not affect: activities and timers started on it run to the end. Use it for
+// cleanup after the run was canceled.
+func NewDisconnectedContext(ctx Context) Context {
+	ctx.exec()
+	ctx.detached = true
+	return ctx
+}
+
+// IsCanceled reports whether cancellation of the run was requested (and ctx
+// is not disconnected from it).
+func IsCanceled(ctx Context) bool {
+	return ctx.exec().cancelRequested && !ctx.detached
 }
 
 // Now returns the workflow's current time: the time recorded in history for

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,11 +26,16 @@ type executor struct {
 	fn   func(Context, json.RawMessage) (json.RawMessage, error)
 	d    dispatcher
 
-	seq      int64                     // last command sequence number handed out
-	pending  []*command                // produced by code, not yet seen in history, in order
-	futures  map[int64]*future         // open activity and timer futures, by seq
-	recorded map[int64]json.RawMessage // side-effect values found in history, by seq
-	canceled map[int64]bool            // timers canceled by the code; a late TimerFired is ignored
+	seq      int64                        // last command sequence number handed out
+	pending  []*command                   // produced by code, not yet seen in history, in order
+	futures  map[int64]*future            // open activity and timer futures, by seq
+	recorded map[int64]json.RawMessage    // side-effect values found in history, by seq
+	canceled map[int64]bool               // timers canceled by the code; a late TimerFired is ignored
+	signals  map[string][]json.RawMessage // received signals not yet taken, by name
+	versions map[string]int               // versions found in history, by change ID
+
+	cancelRequested bool
+	cancelReason    string
 
 	now          time.Time
 	startedAt    time.Time
@@ -51,7 +57,8 @@ func newExecutor(o wfexec.Options) *executor {
 	if !ok {
 		panic(fmt.Sprintf("wfexec: Func has type %T", o.Func))
 	}
-	x := &executor{opts: o, fn: fn, futures: map[int64]*future{}, recorded: map[int64]json.RawMessage{}, canceled: map[int64]bool{}}
+	x := &executor{opts: o, fn: fn, futures: map[int64]*future{}, recorded: map[int64]json.RawMessage{}, canceled: map[int64]bool{},
+		signals: map[string][]json.RawMessage{}, versions: map[string]int{}}
 	base := o.Logger
 	if base == nil {
 		base = slog.Default()
@@ -93,8 +100,11 @@ func (x *executor) TakeCommands() []history.Attributes {
 func (x *executor) Apply(events []history.Event, replayedUpTo int64) error {
 	x.replayedUpTo = replayedUpTo
 	for _, ev := range events {
-		if r, ok := ev.Attributes.(history.SideEffectRecorded); ok {
+		switch r := ev.Attributes.(type) {
+		case history.SideEffectRecorded:
 			x.recorded[r.Seq] = r.Value
+		case history.VersionMarker:
+			x.versions[r.ChangeID] = r.Version
 		}
 	}
 	for _, ev := range events {
@@ -124,17 +134,32 @@ func (x *executor) apply(ev history.Event) error {
 		x.startedAt = ev.Time
 		x.d.spawn("main", func() { x.runMain(input) })
 	case history.ActivityCompleted:
+		if x.canceled[a.Seq] { // finished before the cancellation committed
+			delete(x.canceled, a.Seq)
+			return nil
+		}
 		f, err := x.future(ev, a.Seq)
 		if err != nil {
 			return err
 		}
 		f.settle(a.Result, nil)
 	case history.ActivityFailed:
+		if x.canceled[a.Seq] {
+			delete(x.canceled, a.Seq)
+			return nil
+		}
 		f, err := x.future(ev, a.Seq)
 		if err != nil {
 			return err
 		}
 		f.settle(nil, &ActivityError{Activity: f.activity, Message: a.Failure.Message, Class: a.Failure.Class, Attempts: a.Failure.Attempts})
+	case history.SignalReceived:
+		x.signals[a.Name] = append(x.signals[a.Name], a.Payload)
+	case history.WorkflowCancelRequested:
+		if !x.cancelRequested {
+			x.cancelRequested, x.cancelReason = true, a.Reason
+			x.cancelOpenFutures()
+		}
 	case history.TimerFired:
 		if x.canceled[a.Seq] {
 			// Fired before the cancellation committed; the code has moved on.
@@ -152,8 +177,43 @@ func (x *executor) apply(ev history.Event) error {
 	return x.d.run()
 }
 
+// cancelOpenFutures gives up on every open activity and timer that was not
+// started on a disconnected context: each is canceled in history and its
+// future fails with ErrCanceled.
+func (x *executor) cancelOpenFutures() {
+	seqs := make([]int64, 0, len(x.futures))
+	for seq, f := range x.futures {
+		if !f.detached {
+			seqs = append(seqs, seq)
+		}
+	}
+	slices.Sort(seqs) // map order is random; commands must not be
+	for _, seq := range seqs {
+		f := x.futures[seq]
+		delete(x.futures, seq)
+		x.canceled[seq] = true
+		if f.activity != "" {
+			x.command(history.ActivityCanceled{Seq: seq})
+		} else {
+			x.command(history.TimerCanceled{Seq: seq})
+		}
+		f.settle(nil, ErrCanceled)
+	}
+}
+
 func (x *executor) runMain(input json.RawMessage) {
 	result, err := x.fn(Context{x: x}, input)
+	var can *ContinueAsNewError
+	switch {
+	case errors.As(err, &can):
+		x.command(history.WorkflowContinuedAsNew{Input: can.input})
+		x.closed = true
+		return
+	case err != nil && x.cancelRequested && errors.Is(err, ErrCanceled):
+		x.command(history.WorkflowCanceled{Reason: x.cancelReason})
+		x.closed = true
+		return
+	}
 	if err != nil {
 		f := history.Failure{Message: err.Error(), Class: errorClass(err)}
 		x.command(history.WorkflowFailed{Failure: f})
@@ -180,6 +240,9 @@ func (x *executor) future(ev history.Event, seq int64) (*future, error) {
 // match checks a command event from history against the next command the
 // code produced.
 func (x *executor) match(ev history.Event) error {
+	if skippable(ev.Attributes, x.pending) {
+		return nil
+	}
 	if len(x.pending) == 0 {
 		return x.nondeterminism(ev, "nothing")
 	}
@@ -192,6 +255,21 @@ func (x *executor) match(ev history.Event) error {
 	x.pending[0] = nil
 	x.pending = x.pending[1:]
 	return nil
+}
+
+// skippable reports whether a recorded command the code no longer makes may
+// be passed over: a version marker of a GetVersion call that was removed.
+func skippable(recorded history.Attributes, pending []*command) bool {
+	m, ok := recorded.(history.VersionMarker)
+	if !ok {
+		return false
+	}
+	if len(pending) > 0 {
+		if p, ok := pending[0].attrs.(history.VersionMarker); ok && p.ChangeID == m.ChangeID {
+			return false
+		}
+	}
+	return true
 }
 
 func (x *executor) nondeterminism(ev history.Event, got string) *NonDeterminismError {
@@ -222,6 +300,10 @@ func sameCommand(got, recorded history.Attributes) bool {
 		return g.Seq == recorded.(history.TimerCanceled).Seq
 	case history.SideEffectRecorded:
 		return g.Seq == recorded.(history.SideEffectRecorded).Seq
+	case history.ActivityCanceled:
+		return g.Seq == recorded.(history.ActivityCanceled).Seq
+	case history.VersionMarker:
+		return g.ChangeID == recorded.(history.VersionMarker).ChangeID
 	}
 	return true
 }
@@ -237,6 +319,10 @@ func describe(a history.Attributes) string {
 		return fmt.Sprintf("TimerCanceled(seq %d)", a.Seq)
 	case history.SideEffectRecorded:
 		return fmt.Sprintf("SideEffect(seq %d)", a.Seq)
+	case history.ActivityCanceled:
+		return fmt.Sprintf("ActivityCanceled(seq %d)", a.Seq)
+	case history.VersionMarker:
+		return fmt.Sprintf("GetVersion(%q)", a.ChangeID)
 	case history.WorkflowCompleted:
 		return "WorkflowCompleted"
 	case history.WorkflowFailed:

@@ -19,6 +19,8 @@ type Future[T any] interface {
 type future struct {
 	name     string // what it waits for, for errors
 	activity string // the activity's name, for an activity's future
+	seq      int64  // the command's sequence number
+	detached bool   // created on a disconnected context: not canceled with the run
 	ready    bool
 	value    json.RawMessage
 	err      error

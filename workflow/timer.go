@@ -39,7 +39,12 @@ func NewTimer(ctx Context, d time.Duration) *Timer {
 		t.f.settle(nil, nil)
 		return t
 	}
+	if IsCanceled(ctx) {
+		t.f.settle(nil, ErrCanceled)
+		return t
+	}
 	t.seq = x.nextSeq()
+	t.f.seq, t.f.detached = t.seq, ctx.detached
 	x.futures[t.seq] = t.f
 	x.command(history.TimerStarted{Seq: t.seq, FireAt: x.now.Add(d)})
 	return t

@@ -31,9 +31,12 @@ var (
 
 // Run statuses.
 const (
-	StatusRunning   = "running"
-	StatusCompleted = "completed"
-	StatusFailed    = "failed"
+	StatusRunning        = "running"
+	StatusCompleted      = "completed"
+	StatusFailed         = "failed"
+	StatusCanceled       = "canceled"
+	StatusTerminated     = "terminated"
+	StatusContinuedAsNew = "continued_as_new"
 )
 
 // Run is a workflow run as the store keeps it.
@@ -172,11 +175,39 @@ type CommitWorkflowTaskParams struct {
 	// Activities and Timers are created with the events.
 	Activities []NewActivityTask
 	Timers     []NewTimer
-	// CanceledTimers are removed.
-	CanceledTimers []int64
+	// CanceledTimers are removed, and so are the tasks of CanceledActivities.
+	CanceledTimers     []int64
+	CanceledActivities []int64
+	// ContinueAs, with Close.Status StatusContinuedAsNew, starts the run
+	// that continues this one.
+	ContinueAs *NewRun
 	// Close, if set, closes the run with this status.
 	Close *CloseRun
 	Now   time.Time
+}
+
+// NewRun is a run started by a commit: the continuation of a run.
+type NewRun struct {
+	RunID string
+	Input json.RawMessage
+}
+
+// SignalParams are the inputs of SignalRun.
+type SignalParams struct {
+	WorkflowID string
+	Name       string
+	Payload    json.RawMessage
+	Now        time.Time
+	// Notify makes the store announce the task itself (in a caller's
+	// transaction).
+	Notify bool
+}
+
+// TerminateParams are the inputs of TerminateRun.
+type TerminateParams struct {
+	WorkflowID string
+	Reason     string
+	Now        time.Time
 }
 
 // CloseRun closes a run.
@@ -374,6 +405,16 @@ type Store interface {
 	// NextDue returns when the earliest task of the kind ("workflow" or
 	// "activity") on the queue becomes ready, or ok false if there is none.
 	NextDue(ctx context.Context, kind, queue string) (t time.Time, ok bool, err error)
+	// SignalRun appends an event (SignalReceived, WorkflowCancelRequested)
+	// to the open run of a workflow ID and makes a workflow task ready. It
+	// returns ErrNotFound if no run has the ID and ErrRunClosed if none is
+	// open.
+	SignalRun(ctx context.Context, in SignalParams, event history.Attributes) (Ready, error)
+	// TerminateRun closes the open run of a workflow ID at once with a
+	// WorkflowTerminated event, dropping its tasks and timers. Errors as
+	// SignalRun.
+	TerminateRun(ctx context.Context, in TerminateParams) (Ready, error)
+
 	// HeartbeatActivity keeps the details and extends the claim. It returns
 	// ErrLeaseLost if the claim no longer holds.
 	HeartbeatActivity(ctx context.Context, in HeartbeatParams) error

@@ -71,7 +71,7 @@ WITH lock AS (
         closed_at = CASE WHEN @close_status::text IS NULL THEN NULL ELSE @now::timestamptz END
     FROM lock
     WHERE r.run_id = lock.run_id AND r.status = 'running'
-    RETURNING r.run_id, r.queue, r.workflow_id, r.workflow_type, r.input,
+    RETURNING r.run_id, r.queue, r.workflow_id, r.workflow_type, r.input, r.trace_context,
         r.next_event_id - cardinality(@types::text[]) AS first_id
 ), dead AS (
     -- A failed run is kept as a dead letter, to be redriven after a fix.
@@ -109,9 +109,25 @@ WITH lock AS (
     DELETE FROM durable_timers d USING run
     WHERE d.run_id = run.run_id AND (d.seq = ANY(@canceled::bigint[]) OR @close_status::text IS NOT NULL)
 ), cact AS (
-    -- A closed run's pending activities have no one left to report to.
+    -- A closed run's pending activities have no one left to report to;
+    -- canceled ones neither.
     DELETE FROM durable_activity_tasks a USING run
-    WHERE a.run_id = run.run_id AND @close_status::text IS NOT NULL
+    WHERE a.run_id = run.run_id AND (@close_status::text IS NOT NULL OR a.seq = ANY(@canceled_acts::bigint[]))
+), next_run AS (
+    -- Continue-as-new: the next run of the workflow ID, with a new history.
+    INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, trace_context, created_at, updated_at)
+    SELECT @next_run_id::uuid, workflow_id, workflow_type, queue, 'running', @next_input::jsonb, 2, trace_context, @now, @now
+    FROM run WHERE @close_status::text = 'continued_as_new'
+    RETURNING run_id, queue, workflow_id, workflow_type
+), next_ev AS (
+    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
+    SELECT run_id, 1, 'workflow_started', jsonb_build_object('workflow_type', workflow_type, 'workflow_id', workflow_id,
+        'queue', queue, 'input', @next_input::jsonb, 'attempt', 1), @now
+    FROM next_run
+), next_task AS (
+    INSERT INTO durable_workflow_tasks (run_id, queue, run_after)
+    SELECT run_id, queue, @now FROM next_run
+    RETURNING queue
 ), del AS (
     DELETE FROM durable_workflow_tasks t USING run
     WHERE t.run_id = run.run_id AND (@close_status::text IS NOT NULL OR run.first_id = @processed + 1)
@@ -126,7 +142,7 @@ WITH lock AS (
 SELECT (SELECT count(*) FROM run), (SELECT first_id FROM run),
     (SELECT array_agg(DISTINCT queue) FROM acts WHERE run_after <= @now AND locked_by IS NULL),
     (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until)) FROM acts WHERE locked_by IS NOT NULL),
-    (SELECT queue FROM rel),
+    coalesce((SELECT queue FROM rel), (SELECT queue FROM next_task)),
     (SELECT min(fire_at) FROM tmr)`
 
 // CommitWorkflowTask implements store.Store.
@@ -147,6 +163,14 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 	}
 	if in.CanceledTimers == nil {
 		args["canceled"] = []int64{}
+	}
+	args["canceled_acts"] = in.CanceledActivities
+	if in.CanceledActivities == nil {
+		args["canceled_acts"] = []int64{}
+	}
+	args["next_run_id"], args["next_input"] = nil, nil
+	if n := in.ContinueAs; n != nil {
+		args["next_run_id"], args["next_input"] = n.RunID, jsonArg(n.Input)
 	}
 	args["close_status"], args["result"], args["failure"], args["fail_message"], args["fail_class"] = nil, nil, nil, "", ""
 	if c := in.Close; c != nil {

@@ -193,7 +193,7 @@ func testCommitWithCloseClosesRun(t *testing.T, b *bundle) {
 	for _, c := range commits {
 		ready, err := b.s.CommitWorkflowTask(b.ctx, c)
 		require.NoError(t, err)
-		require.Equal(t, store.Ready{ClosedRun: c.RunID}, ready)
+		require.Equal(t, store.Ready{ClosedRun: c.RunID, Closed: c.Close, FirstEventID: 2}, ready)
 	}
 
 	got := b.getRun(t, ok.RunID)
@@ -281,7 +281,7 @@ func testCommitKeepsTaskReadyWhenEventsArrivedMeanwhile(t *testing.T, b *bundle)
 		RunID: run.RunID, Token: again[0].Token, ProcessedEventID: 6, Now: now,
 	})
 	require.NoError(t, err)
-	require.Equal(t, store.Ready{}, ready, "nothing became ready")
+	require.Equal(t, store.Ready{FirstEventID: 7}, ready, "nothing became ready")
 	require.Empty(t, b.claimWorkflow(t, wfQueue, worker, 10, now.Add(time.Hour)), "nothing new: the task is gone")
 	require.Equal(t, int64(6), b.getRun(t, run.RunID).LastEventID)
 }

@@ -1,0 +1,120 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/store/postgres"
+	"github.com/durable-go/durable/workflow"
+)
+
+// ErrRunClosed is returned for a signal, cancel or terminate sent to a
+// workflow ID whose runs are all closed.
+var ErrRunClosed = errors.New("workflow run is closed")
+
+// More run statuses.
+const (
+	StatusCanceled       Status = store.StatusCanceled
+	StatusTerminated     Status = store.StatusTerminated
+	StatusContinuedAsNew Status = store.StatusContinuedAsNew
+)
+
+// Signal sends v to the open run of workflowID under name. Signals are
+// history events: delivered in the order sent, never lost, whether or not
+// the workflow waits for them yet (workflow.GetSignalChannel). A workflow
+// ID with no open run is an error: ErrRunNotFound or ErrRunClosed.
+func Signal[T any](ctx context.Context, e *Engine, workflowID, name string, v T) error {
+	return sendSignal(ctx, e, e.store, false, workflowID, name, v)
+}
+
+// SignalTx is Signal inside the caller's transaction: the signal is sent if
+// and only if tx commits.
+func SignalTx[T any](ctx context.Context, e *Engine, tx pgx.Tx, workflowID, name string, v T) error {
+	if tx == nil {
+		return errors.New("signal: nil transaction")
+	}
+	return sendSignal(ctx, e, e.store.WithTx(tx), true, workflowID, name, v)
+}
+
+func sendSignal(ctx context.Context, e *Engine, s *postgres.Store, inTx bool, workflowID, name string, v any) error {
+	if name == "" || len(name) > 200 {
+		return fmt.Errorf("signal %q to workflow %q: the name must be 1 to 200 bytes", name, workflowID)
+	}
+	payload, err := encodePayload(v, e.opts.MaxPayloadBytes, "signal "+name)
+	if err != nil {
+		return fmt.Errorf("signal workflow %q: %w", workflowID, err)
+	}
+	return e.sendToRun(ctx, s, inTx, workflowID, history.SignalReceived{Name: name, Payload: payload})
+}
+
+// sendToRun appends ev to the open run of workflowID.
+func (e *Engine) sendToRun(ctx context.Context, s *postgres.Store, inTx bool, workflowID string, ev history.Attributes) error {
+	ready, err := s.SignalRun(ctx, store.SignalParams{WorkflowID: workflowID, Now: e.now(), Notify: inTx || !e.hub.active()}, ev)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("%s to workflow %q: %w", ev.EventType(), workflowID, ErrRunNotFound)
+	case errors.Is(err, store.ErrRunClosed):
+		return fmt.Errorf("%s to workflow %q: %w", ev.EventType(), workflowID, ErrRunClosed)
+	case err != nil:
+		return err
+	}
+	if !inTx && e.hub.active() {
+		e.announce(ready)
+	}
+	return nil
+}
+
+// SignalWithStart sends v under name to the open run of o.ID, starting a run
+// of wf with input in first if there is none, in one transaction. The signal
+// is never lost and never starts a second run.
+func SignalWithStart[In, Out, T any](ctx context.Context, e *Engine, wf func(workflow.Context, In) (Out, error), in In, o StartOptions, name string, v T) (*Run[Out], error) {
+	if o.ID == "" {
+		return nil, errors.New("signal with start: StartOptions.ID is required")
+	}
+	o.RejectIfRunning = false
+	var r *Run[Out]
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		var err error
+		if r, err = start[Out](ctx, e, e.store.WithTx(tx), true, wf, in, o); err != nil {
+			return err
+		}
+		return sendSignal(ctx, e, e.store.WithTx(tx), true, o.ID, name, v)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Cancel asks the open run of workflowID to cancel. The workflow's pending
+// activities and timers fail with workflow.ErrCanceled (running activities
+// learn of it at their next heartbeat); the workflow may clean up on a
+// workflow.NewDisconnectedContext and, returning a canceled error, ends as
+// canceled. The request is recorded in history.
+func (e *Engine) Cancel(ctx context.Context, workflowID, reason string) error {
+	return e.sendToRun(ctx, e.store, false, workflowID, history.WorkflowCancelRequested{Reason: reason})
+}
+
+// Terminate stops the open run of workflowID at once, running no workflow
+// code: the run closes as terminated with the reason in its history, and
+// its pending activities and timers are dropped.
+func (e *Engine) Terminate(ctx context.Context, workflowID, reason string) error {
+	ready, err := e.store.TerminateRun(ctx, store.TerminateParams{WorkflowID: workflowID, Reason: reason, Now: e.now()})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("terminate workflow %q: %w", workflowID, ErrRunNotFound)
+	case errors.Is(err, store.ErrRunClosed):
+		return fmt.Errorf("terminate workflow %q: %w", workflowID, ErrRunClosed)
+	case err != nil:
+		return err
+	}
+	if e.hub.active() {
+		e.announce(ready)
+	}
+	return nil
+}

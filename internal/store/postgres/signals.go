@@ -1,0 +1,107 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/store"
+)
+
+// signalRunSQL appends an event to the open run of a workflow ID and makes a
+// workflow task ready (run row first, then the task: the common lock order).
+const signalRunSQL = `
+WITH run AS (
+    UPDATE durable_runs r
+    SET next_event_id = r.next_event_id + 1, updated_at = @now
+    WHERE r.workflow_id = @workflow_id AND r.status = 'running'
+    RETURNING r.run_id, r.queue, r.next_event_id - 1 AS event_id
+), ev AS (
+    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
+    SELECT run_id, event_id, @type, @attrs, @now FROM run
+), wt AS (
+    INSERT INTO durable_workflow_tasks (run_id, queue, run_after)
+    SELECT run_id, queue, @now FROM run
+    ON CONFLICT (run_id) DO NOTHING
+    RETURNING queue
+)
+SELECT (SELECT count(*) FROM run),
+    (SELECT queue FROM wt),
+    (SELECT count(CASE WHEN @notify THEN pg_notify('durable', 'w:' || queue) END) FROM wt)`
+
+// SignalRun implements store.Store.
+func (s *Store) SignalRun(ctx context.Context, in store.SignalParams, event history.Attributes) (store.Ready, error) {
+	var ready store.Ready
+	attrs, err := history.Encode(event)
+	if err != nil {
+		return ready, err
+	}
+	var (
+		n, notes int
+		queue    *string
+	)
+	err = s.db.QueryRow(ctx, signalRunSQL, pgx.NamedArgs{
+		"workflow_id": in.WorkflowID, "now": in.Now, "type": event.EventType(), "attrs": string(attrs), "notify": in.Notify,
+	}).Scan(&n, &queue, &notes)
+	if err != nil {
+		return ready, fmt.Errorf("%s to workflow %q: %w", event.EventType(), in.WorkflowID, err)
+	}
+	if n == 0 {
+		return ready, s.noOpenRun(ctx, in.WorkflowID)
+	}
+	if queue != nil {
+		ready.WorkflowQueues = []string{*queue}
+	}
+	return ready, nil
+}
+
+// noOpenRun tells ErrRunClosed (the workflow ID has only closed runs) from
+// ErrNotFound (it has none).
+func (s *Store) noOpenRun(ctx context.Context, workflowID string) error {
+	_, err := s.GetRunByWorkflowID(ctx, workflowID)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	return store.ErrRunClosed
+}
+
+const terminateRunSQL = `
+WITH run AS (
+    UPDATE durable_runs r
+    SET next_event_id = r.next_event_id + 1, updated_at = @now, status = 'terminated', closed_at = @now,
+        failure = jsonb_build_object('message', 'terminated: ' || @reason::text, 'class', 'terminated')
+    WHERE r.workflow_id = @workflow_id AND r.status = 'running'
+    RETURNING r.run_id, r.next_event_id - 1 AS event_id
+), ev AS (
+    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
+    SELECT run_id, event_id, 'workflow_terminated', jsonb_build_object('reason', @reason::text), @now FROM run
+), wt AS (
+    DELETE FROM durable_workflow_tasks t USING run WHERE t.run_id = run.run_id
+), act AS (
+    DELETE FROM durable_activity_tasks a USING run WHERE a.run_id = run.run_id
+), tmr AS (
+    DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id
+)
+SELECT coalesce((SELECT run_id::text FROM run), '')`
+
+// TerminateRun implements store.Store.
+func (s *Store) TerminateRun(ctx context.Context, in store.TerminateParams) (store.Ready, error) {
+	var ready store.Ready
+	var runID string
+	err := s.db.QueryRow(ctx, terminateRunSQL, pgx.NamedArgs{"workflow_id": in.WorkflowID, "reason": in.Reason, "now": in.Now}).Scan(&runID)
+	if err != nil {
+		return ready, fmt.Errorf("terminate workflow %q: %w", in.WorkflowID, err)
+	}
+	if runID == "" {
+		return ready, s.noOpenRun(ctx, in.WorkflowID)
+	}
+	ready.ClosedRun = runID
+	ready.Closed = &store.CloseRun{Status: store.StatusTerminated, Failure: &history.Failure{Message: "terminated: " + in.Reason, Class: "terminated"}}
+	return ready, nil
+}
