@@ -225,6 +225,12 @@ func TestLeaseExpiryLeadsToOneMoreAttemptAndOneCompletion(t *testing.T) {
 	r, err := engine.Start(ctx, env.Engine, wf, 0, engine.StartOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return attempts.Load() == 1 }, 20*time.Second, 2*time.Millisecond)
+	info, err := r.Describe(ctx)
+	require.NoError(t, err)
+	require.Len(t, info.PendingActivities, 1, "Describe shows the running activity")
+	require.Equal(t, "Stuck", info.PendingActivities[0].Activity)
+	require.True(t, info.PendingActivities[0].Running)
+	require.Equal(t, 1, info.PendingActivities[0].Attempts)
 
 	require.NoError(t, env.Advance(ctx, time.Hour+time.Second)) // the lease runs out
 	got, err := r.Result(ctx)

@@ -235,6 +235,34 @@ type RunInfo struct {
 	TaskError string
 	// TaskAttempts counts the failures of the pending workflow task.
 	TaskAttempts int
+	// PendingActivities are the run's activities that have not finished.
+	PendingActivities []PendingActivity
+	// PendingTimers are the run's timers that have not fired.
+	PendingTimers []PendingTimer
+}
+
+// PendingActivity is an activity of a run that has not finished.
+type PendingActivity struct {
+	Activity string
+	Queue    string
+	// Attempts is how many attempts have started; MaxAttempts the budget
+	// (0: unlimited).
+	Attempts    int
+	MaxAttempts int
+	// LastError is the error of the last failed attempt, or empty.
+	LastError string
+	// NextAttemptAt is when the next attempt may start; while an attempt
+	// runs, when its lease ends.
+	NextAttemptAt time.Time
+	// Running is true while an attempt runs on a worker.
+	Running bool
+	// Heartbeat is the details of the last heartbeat, or nil.
+	Heartbeat json.RawMessage
+}
+
+// PendingTimer is a timer of a run that has not fired.
+type PendingTimer struct {
+	FireAt time.Time
 }
 
 // Describe returns the state of the run.
@@ -273,10 +301,28 @@ func (e *Engine) describe(ctx context.Context, runID string) (RunInfo, error) {
 	if err != nil {
 		return RunInfo{}, fmt.Errorf("describe run %s: %w", runID, err)
 	}
-	return RunInfo{
+	info := RunInfo{
 		WorkflowID: r.WorkflowID, RunID: r.RunID, WorkflowType: r.WorkflowType, Queue: r.Queue,
 		Status: Status(r.Status), Input: r.Input, Result: r.Result, Failure: r.Failure,
 		CreatedAt: r.CreatedAt, ClosedAt: r.ClosedAt, LastEventID: r.LastEventID,
 		TaskError: r.TaskError, TaskAttempts: r.TaskAttempts,
-	}, nil
+	}
+	acts, err := e.store.ListPendingActivities(ctx, runID)
+	if err != nil {
+		return info, fmt.Errorf("describe run %s: %w", runID, err)
+	}
+	for _, a := range acts {
+		info.PendingActivities = append(info.PendingActivities, PendingActivity{
+			Activity: a.Activity, Queue: a.Queue, Attempts: a.Attempts, MaxAttempts: a.MaxAttempts,
+			LastError: a.LastError, NextAttemptAt: a.RunAfter, Running: a.LockedBy != "", Heartbeat: a.Heartbeat,
+		})
+	}
+	timers, err := e.store.ListPendingTimers(ctx, runID)
+	if err != nil {
+		return info, fmt.Errorf("describe run %s: %w", runID, err)
+	}
+	for _, t := range timers {
+		info.PendingTimers = append(info.PendingTimers, PendingTimer{FireAt: t.FireAt})
+	}
+	return info, nil
 }

@@ -104,11 +104,14 @@ type PendingActivity struct {
 	// Input is the activity's input: a payload, which people see only when
 	// they ask for it.
 	Input json.RawMessage `json:"input,omitempty"`
+	// Heartbeat is the details of the last heartbeat, from this attempt or
+	// an earlier one, or nil.
+	Heartbeat json.RawMessage `json:"heartbeat,omitempty"`
 }
 
 const listPendingActivitiesSQL = `
 SELECT id, seq, activity, queue, attempt, max_attempts, coalesce(last_error, ''),
-    run_after, coalesce(locked_by, ''), locked_until, input
+    run_after, coalesce(locked_by, ''), locked_until, input, heartbeat
 FROM durable_activity_tasks
 WHERE run_id = @run_id
 ORDER BY seq, id`
@@ -123,7 +126,7 @@ func (s *Store) ListPendingActivities(ctx context.Context, runID string) ([]Pend
 	acts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (PendingActivity, error) {
 		var a PendingActivity
 		err := row.Scan(&a.TaskID, &a.Seq, &a.Activity, &a.Queue, &a.Attempts, &a.MaxAttempts, &a.LastError,
-			&a.RunAfter, &a.LockedBy, &a.LockedUntil, &a.Input)
+			&a.RunAfter, &a.LockedBy, &a.LockedUntil, &a.Input, &a.Heartbeat)
 		return a, err
 	})
 	if err != nil {
