@@ -53,6 +53,11 @@ type Options struct {
 	// at once and a busy one saves a commit (a WAL flush) per write. 1
 	// turns grouping off. Default 64.
 	CommitGroupSize int
+	// HistoryWarnEvents is the history length past which a run is warned
+	// about (a log line and durable_large_histories_total): a history that
+	// long makes replays slow; the workflow should continue as new.
+	// Default 10,000.
+	HistoryWarnEvents int
 	// RandFunc returns numbers in [0, 1) for the retry delays' jitter.
 	// Default math/rand/v2.Float64. Tests pass a fixed source.
 	RandFunc func() float64
@@ -123,6 +128,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxPayloadBytes == 0 {
 		o.MaxPayloadBytes = 2 << 20
+	}
+	if o.HistoryWarnEvents == 0 {
+		o.HistoryWarnEvents = 10_000
 	}
 	if o.MetricsInterval == 0 {
 		o.MetricsInterval = 15 * time.Second

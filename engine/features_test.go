@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -262,4 +263,112 @@ func TestGetVersionKeepsOldRunsOnTheOldBranch(t *testing.T) {
 	events, err := fresh.History(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, countEvents(t, events, "version_marker"))
+}
+
+// Tally counts "item" signals forever, sleeping between them, and answers
+// queries about its state.
+func Tally(ctx workflow.Context, _ int) (int, error) {
+	count := 0
+	if err := workflow.SetQueryHandler(ctx, "count", func() (int, error) { return count, nil }); err != nil {
+		return 0, err
+	}
+	_ = workflow.SetQueryHandler(ctx, "blocks", func() (int, error) {
+		_ = workflow.Sleep(ctx, time.Second)
+		return 0, nil
+	})
+	_ = workflow.SetQueryHandler(ctx, "schedules", func() (int, error) {
+		workflow.ExecuteActivity(ctx, Add, 1)
+		return 0, nil
+	})
+	items := workflow.GetSignalChannel[string](ctx, "item")
+	for {
+		if _, err := items.Receive(ctx); err != nil {
+			return count, err
+		}
+		count++
+		if err := workflow.Sleep(ctx, 24*time.Hour); err != nil {
+			return count, err
+		}
+	}
+}
+
+func TestQueryAnswersWhileTheRunSleepsAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	env := durabletest.New(t, durabletest.Options{ManualClock: true})
+	require.NoError(t, engine.RegisterWorkflow(env.Engine, Tally, engine.WorkflowOptions{}))
+	env.Run()
+	ctx := resultCtx(t)
+	r, err := engine.Start(ctx, env.Engine, Tally, 0, engine.StartOptions{ID: "tally"})
+	require.NoError(t, err)
+	require.NoError(t, engine.Signal(ctx, env.Engine, "tally", "item", "a"))
+	require.NoError(t, engine.Signal(ctx, env.Engine, "tally", "item", "b"))
+	require.Eventually(t, func() bool {
+		events, err := r.History(ctx)
+		return err == nil && countEvents(t, events, "timer_started") == 1
+	}, 10*time.Second, 5*time.Millisecond, "the run sleeps after the first item")
+	before, err := r.History(ctx)
+	require.NoError(t, err)
+
+	got, err := engine.Query[int](ctx, env.Engine, "tally", "count")
+	require.NoError(t, err)
+	require.Equal(t, 1, got, "the second item waits until the run wakes")
+	after, err := r.History(ctx)
+	require.NoError(t, err)
+	require.Len(t, after, len(before), "a query writes no event")
+
+	require.NoError(t, env.Advance(ctx, 24*time.Hour))
+	require.Eventually(t, func() bool {
+		n, err := engine.Query[int](ctx, env.Engine, "tally", "count")
+		return err == nil && n == 2
+	}, 10*time.Second, 5*time.Millisecond, "the query answers the latest state")
+
+	_, err = engine.Query[int](ctx, env.Engine, "tally", "blocks")
+	require.ErrorContains(t, err, "must not block")
+	_, err = engine.Query[int](ctx, env.Engine, "tally", "schedules")
+	require.ErrorContains(t, err, "handlers must only read")
+	_, err = engine.Query[int](ctx, env.Engine, "tally", "nope")
+	require.ErrorContains(t, err, `no handler for it (it has: blocks, count, schedules)`)
+	_, err = engine.Query[int](ctx, env.Engine, "missing", "count")
+	require.ErrorIs(t, err, engine.ErrRunNotFound)
+}
+
+func TestLongHistoryWarns(t *testing.T) {
+	t.Parallel()
+	logs := &logBuffer{}
+	env := durabletest.New(t, durabletest.Options{Engine: engine.Options{
+		HistoryWarnEvents: 10, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	}})
+	require.NoError(t, engine.RegisterWorkflow(env.Engine, ThreeNoops, engine.WorkflowOptions{}))
+	require.NoError(t, engine.RegisterWorkflow(env.Engine, Pipeline, engine.WorkflowOptions{}))
+	require.NoError(t, engine.RegisterActivity(env.Engine, Noop, activity.Options{}))
+	registerActivitiesOnly(t, env.Engine)
+	env.Run()
+	ctx := resultCtx(t)
+	short, err := engine.Start(ctx, env.Engine, Pipeline, 1, engine.StartOptions{}) // 8 events
+	require.NoError(t, err)
+	_, err = short.Result(ctx)
+	require.NoError(t, err)
+	require.NotContains(t, logs.String(), "run history is long")
+	long, err := engine.Start(ctx, env.Engine, Twice, 1, engine.StartOptions{}) // 14 events
+	require.NoError(t, err)
+	_, err = long.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(logs.String(), "run history is long"), "warned once, as it passed 10 events")
+	require.Contains(t, logs.String(), "run_id="+long.RunID)
+}
+
+// Twice runs the pipeline's three activities twice.
+func Twice(ctx workflow.Context, n int) (string, error) {
+	if _, err := Pipeline(ctx, n); err != nil {
+		return "", err
+	}
+	return Pipeline(ctx, n)
+}
+
+func registerActivitiesOnly(t *testing.T, e *engine.Engine) {
+	t.Helper()
+	require.NoError(t, engine.RegisterWorkflow(e, Twice, engine.WorkflowOptions{}))
+	require.NoError(t, engine.RegisterActivity(e, Add, activity.Options{}))
+	require.NoError(t, engine.RegisterActivity(e, Double, activity.Options{}))
+	require.NoError(t, engine.RegisterActivity(e, Format, activity.Options{}))
 }

@@ -28,6 +28,7 @@ type metrics struct {
 	deadLetterAge  *prometheus.GaugeVec
 	nondeterminism prometheus.Counter
 	taskFailures   *prometheus.CounterVec
+	largeHistories *prometheus.CounterVec
 }
 
 // Outcome label values of durable_outcomes_total.
@@ -74,6 +75,9 @@ func newMetrics() *metrics {
 		nondeterminism: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "durable_nondeterminism_errors_total", Help: "Workflow tasks that failed because code no longer matches history.",
 		}),
+		largeHistories: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "durable_large_histories_total", Help: "Runs whose history passed Options.HistoryWarnEvents, per workflow type.",
+		}, []string{"workflow"}),
 		taskFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "durable_workflow_task_failures_total", Help: "Failed workflow tasks, per reason: panic, nondeterminism, unregistered, other.",
 		}, []string{"reason"}),
@@ -82,7 +86,7 @@ func newMetrics() *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.queueReady, m.queueAge, m.outcomes, m.duration, m.timerLag, m.taskLatency,
-		m.replayTime, m.cache, m.deadLetters, m.deadLetterAge, m.nondeterminism, m.taskFailures}
+		m.replayTime, m.cache, m.deadLetters, m.deadLetterAge, m.nondeterminism, m.taskFailures, m.largeHistories}
 }
 
 // pollGauges refreshes the gauges that need a query, every interval, with

@@ -76,6 +76,10 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 	if len(events) == 0 || events[0].ID != x.LastEventID()+1 {
 		events, err = e.store.ListEvents(ctx, t.RunID, x.LastEventID())
 	}
+	before := x.LastEventID() // the history this worker had seen
+	if !cached {
+		before = t.ProcessedEventID
+	}
 	if err == nil {
 		applyStart := time.Now()
 		err = x.Apply(events, t.ProcessedEventID)
@@ -89,6 +93,7 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		e.failWorkflowTask(ctx, t, attrs, err)
 		return
 	}
+
 	commit, err := e.commitParams(t, x.LastEventID(), x.TakeCommands())
 	if err != nil {
 		x.Close()
@@ -124,6 +129,7 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		return
 	}
 	e.announce(ready)
+	e.warnLongHistory(ctx, t, attrs, before, max(x.LastEventID(), ready.FirstEventID+int64(len(commit.Events))-1))
 	if c := commit.Close; c != nil {
 		if c.Status == store.StatusFailed {
 			e.metrics.outcomes.WithLabelValues("workflow", t.WorkflowType, outcomeFailedFinal).Inc()
@@ -155,6 +161,18 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		return
 	}
 	e.cache.put(t.RunID, x)
+}
+
+// warnLongHistory warns (log and metric) when a task took the run's history
+// past Options.HistoryWarnEvents.
+func (e *Engine) warnLongHistory(ctx context.Context, t store.WorkflowTask, attrs []slog.Attr, before, after int64) {
+	limit := int64(e.opts.HistoryWarnEvents)
+	if before >= limit || after < limit {
+		return
+	}
+	e.metrics.largeHistories.WithLabelValues(t.WorkflowType).Inc()
+	e.log.LogAttrs(ctx, slog.LevelWarn, "run history is long: replays get slow; continue as new (workflow.NewContinueAsNewError) to keep it bounded",
+		append(attrs, slog.Int64("events", after), slog.Int64("limit", limit))...)
 }
 
 // failWorkflowTask gives the task back to be retried with backoff, keeping

@@ -137,8 +137,8 @@
 // back. Changes that keep the sequence of commands (new code after the last
 // recorded command, different logic between commands) are safe for runs in
 // flight. To change the sequence for new runs while old runs finish on the
-// old code, register the new function under a new name and start new runs
-// with it. A versioning API for changing code in place is planned.
+// old code, put the change behind [GetVersion] (docs/versioning.md), or
+// register the new function under a new name and start new runs with it.
 //
 // # Logging during replay
 //

@@ -33,6 +33,7 @@ type executor struct {
 	canceled map[int64]bool               // timers canceled by the code; a late TimerFired is ignored
 	signals  map[string][]json.RawMessage // received signals not yet taken, by name
 	versions map[string]int               // versions found in history, by change ID
+	queries  map[string]func() (json.RawMessage, error)
 
 	cancelRequested bool
 	cancelReason    string
@@ -58,7 +59,8 @@ func newExecutor(o wfexec.Options) *executor {
 		panic(fmt.Sprintf("wfexec: Func has type %T", o.Func))
 	}
 	x := &executor{opts: o, fn: fn, futures: map[int64]*future{}, recorded: map[int64]json.RawMessage{}, canceled: map[int64]bool{},
-		signals: map[string][]json.RawMessage{}, versions: map[string]int{}}
+		signals: map[string][]json.RawMessage{}, versions: map[string]int{},
+		queries: map[string]func() (json.RawMessage, error){}}
 	base := o.Logger
 	if base == nil {
 		base = slog.Default()

@@ -50,6 +50,9 @@ type Executor interface {
 	// OnlyTimers reports whether the run waits on nothing but timers (or
 	// on nothing the engine sends), so it may as well leave memory.
 	OnlyTimers() bool
+	// Query answers a query from the state the run has reached, without
+	// changing it.
+	Query(name string) (json.RawMessage, error)
 	// Close stops the run's coroutines.
 	Close()
 }
