@@ -146,6 +146,16 @@ func (e *Engine) workflowName(fn any) (name, queue string, err error) {
 	return name, DefaultQueue, err
 }
 
+// resolveWorkflow maps a function passed to workflow.ExecuteChildWorkflow
+// to its name and queue.
+func (e *Engine) resolveWorkflow(fn any) (string, string) {
+	name, queue, err := e.workflowName(fn)
+	if err != nil {
+		return "unnamed", DefaultQueue
+	}
+	return name, queue
+}
+
 func funcPC(fn any) uintptr { return reflect.ValueOf(fn).Pointer() }
 
 // registeredName returns name, or the short name of fn: "ChargeCard" for

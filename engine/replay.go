@@ -52,7 +52,7 @@ func (e *Engine) replayed(ctx context.Context, h history.History) (wfexec.Execut
 	}
 	x := wfexec.New(wfexec.Options{
 		RunID: h.RunID, WorkflowID: started.WorkflowID, WorkflowType: started.WorkflowType,
-		Func: def.run, ResolveActivity: e.resolveActivity, Logger: e.log,
+		Func: def.run, ResolveActivity: e.resolveActivity, ResolveWorkflow: e.resolveWorkflow, Logger: e.log,
 	})
 	if err := x.Apply(h.Events, math.MaxInt64); err != nil {
 		x.Close()

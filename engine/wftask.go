@@ -67,7 +67,7 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		e.metrics.cache.WithLabelValues("miss").Inc()
 		x = wfexec.New(wfexec.Options{
 			RunID: t.RunID, WorkflowID: t.WorkflowID, WorkflowType: t.WorkflowType,
-			Func: def.run, ResolveActivity: e.resolveActivity, Logger: e.log,
+			Func: def.run, ResolveActivity: e.resolveActivity, ResolveWorkflow: e.resolveWorkflow, Logger: e.log,
 		})
 	}
 	// A hand-off carries the event it appended: if the cached run ends just
@@ -95,6 +95,7 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 	}
 
 	commit, err := e.commitParams(t, x.LastEventID(), x.TakeCommands())
+	commit.CloseChildren = commit.Close != nil && x.HasChildren()
 	if err != nil {
 		x.Close()
 		e.failWorkflowTask(ctx, t, attrs, err)
@@ -253,6 +254,7 @@ func (e *Engine) commitParams(t store.WorkflowTask, processed int64, cmds []hist
 	now := e.now()
 	p := store.CommitWorkflowTaskParams{
 		RunID: t.RunID, WorkflowID: t.WorkflowID, WorkflowQueue: t.Queue, TraceContext: t.TraceContext, Token: t.Token,
+		ParentRunID: t.ParentRunID,
 		ProcessedEventID: processed, Events: cmds, Now: now,
 	}
 	for i, c := range cmds {
@@ -275,6 +277,13 @@ func (e *Engine) commitParams(t store.WorkflowTask, processed int64, cmds []hist
 			p.CanceledActivities = append(p.CanceledActivities, c.Seq)
 		case history.WorkflowCanceled:
 			p.Close = &store.CloseRun{Status: store.StatusCanceled, Failure: &history.Failure{Message: "canceled: " + c.Reason, Class: "canceled"}}
+		case history.ChildWorkflowScheduled:
+			c.RunID = uuid.NewString()
+			cmds[i] = c
+			p.Children = append(p.Children, store.NewChild{
+				Seq: c.Seq, RunID: c.RunID, WorkflowID: c.WorkflowID, WorkflowType: c.WorkflowType,
+				Queue: c.Queue, Input: c.Input, ParentClosePolicy: c.ParentClosePolicy,
+			})
 		case history.WorkflowContinuedAsNew:
 			// The new run's ID is chosen here and recorded in the event.
 			c.NewRunID = uuid.NewString()

@@ -28,6 +28,9 @@ func init() {
 	register[ActivityCanceled]()
 	register[VersionMarker]()
 	register[WorkflowContinuedAsNew]()
+	register[ChildWorkflowScheduled]()
+	register[ChildWorkflowCompleted]()
+	register[ChildWorkflowFailed]()
 }
 
 func register[T Attributes]() {

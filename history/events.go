@@ -158,6 +158,43 @@ type WorkflowContinuedAsNew struct {
 	NewRunID string          `json:"new_run_id"`
 }
 
+// ChildWorkflowScheduled is written when workflow code starts a child
+// workflow; the child run is created in the same transaction.
+type ChildWorkflowScheduled struct {
+	Seq          int64           `json:"seq"`
+	WorkflowType string          `json:"workflow_type"`
+	WorkflowID   string          `json:"workflow_id"`
+	RunID        string          `json:"run_id,omitempty"`
+	Queue        string          `json:"queue"`
+	Input        json.RawMessage `json:"input"`
+	// ParentClosePolicy is what happens to the child if the parent closes
+	// first: "terminate", "cancel" or "abandon".
+	ParentClosePolicy string `json:"parent_close_policy"`
+}
+
+// ChildWorkflowCompleted is written to the parent when a child completes.
+type ChildWorkflowCompleted struct {
+	Seq    int64           `json:"seq"`
+	Result json.RawMessage `json:"result"`
+}
+
+// ChildWorkflowFailed is written to the parent when a child fails, is
+// canceled or terminated, or could not start.
+type ChildWorkflowFailed struct {
+	Seq     int64   `json:"seq"`
+	Failure Failure `json:"failure"`
+}
+
+func (ChildWorkflowScheduled) EventType() string { return "child_workflow_scheduled" }
+func (ChildWorkflowCompleted) EventType() string { return "child_workflow_completed" }
+func (ChildWorkflowFailed) EventType() string    { return "child_workflow_failed" }
+func (ChildWorkflowScheduled) IsCommand() bool   { return true }
+func (ChildWorkflowCompleted) IsCommand() bool   { return false }
+func (ChildWorkflowFailed) IsCommand() bool      { return false }
+func (ChildWorkflowScheduled) sealed()           {}
+func (ChildWorkflowCompleted) sealed()           {}
+func (ChildWorkflowFailed) sealed()              {}
+
 func (WorkflowStarted) EventType() string         { return "workflow_started" }
 func (SignalReceived) EventType() string          { return "signal_received" }
 func (WorkflowCancelRequested) EventType() string { return "workflow_cancel_requested" }

@@ -37,6 +37,7 @@ type executor struct {
 
 	cancelRequested bool
 	cancelReason    string
+	children        bool // the run started child workflows
 
 	now          time.Time
 	startedAt    time.Time
@@ -74,12 +75,14 @@ func (x *executor) LastEventID() int64 { return x.lastEventID }
 
 func (x *executor) StartedAt() time.Time { return x.startedAt }
 
+func (x *executor) HasChildren() bool { return x.children }
+
 // OnlyTimers reports whether every open future of the run is a timer (or
 // there are none): the run waits for time or for a signal, and nothing is
 // lost by dropping it from memory.
 func (x *executor) OnlyTimers() bool {
 	for _, f := range x.futures {
-		if f.activity != "" {
+		if f.activity != "" || f.child != "" {
 			return false
 		}
 	}
@@ -162,6 +165,18 @@ func (x *executor) apply(ev history.Event) error {
 			x.cancelRequested, x.cancelReason = true, a.Reason
 			x.cancelOpenFutures()
 		}
+	case history.ChildWorkflowCompleted:
+		f, err := x.future(ev, a.Seq)
+		if err != nil {
+			return err
+		}
+		f.settle(a.Result, nil)
+	case history.ChildWorkflowFailed:
+		f, err := x.future(ev, a.Seq)
+		if err != nil {
+			return err
+		}
+		f.settle(nil, &ChildWorkflowError{WorkflowID: f.child, Message: a.Failure.Message, Class: a.Failure.Class})
 	case history.TimerFired:
 		if x.canceled[a.Seq] {
 			// Fired before the cancellation committed; the code has moved on.
@@ -306,6 +321,9 @@ func sameCommand(got, recorded history.Attributes) bool {
 		return g.Seq == recorded.(history.ActivityCanceled).Seq
 	case history.VersionMarker:
 		return g.ChangeID == recorded.(history.VersionMarker).ChangeID
+	case history.ChildWorkflowScheduled:
+		r := recorded.(history.ChildWorkflowScheduled)
+		return g.Seq == r.Seq && g.WorkflowType == r.WorkflowType
 	}
 	return true
 }
@@ -325,6 +343,8 @@ func describe(a history.Attributes) string {
 		return fmt.Sprintf("ActivityCanceled(seq %d)", a.Seq)
 	case history.VersionMarker:
 		return fmt.Sprintf("GetVersion(%q)", a.ChangeID)
+	case history.ChildWorkflowScheduled:
+		return fmt.Sprintf("ChildWorkflowScheduled(%s, seq %d)", a.WorkflowType, a.Seq)
 	case history.WorkflowCompleted:
 		return "WorkflowCompleted"
 	case history.WorkflowFailed:

@@ -19,6 +19,7 @@ type Future[T any] interface {
 type future struct {
 	name     string // what it waits for, for errors
 	activity string // the activity's name, for an activity's future
+	child    string // the child's workflow ID, for a child workflow's future
 	seq      int64  // the command's sequence number
 	detached bool   // created on a disconnected context: not canceled with the run
 	ready    bool

@@ -126,6 +126,8 @@ type WorkflowTask struct {
 	Attempts int
 	// TraceContext is the run's W3C traceparent, or empty.
 	TraceContext string
+	// ParentRunID is the parent's run, for a child workflow.
+	ParentRunID string
 	// Events, when set by a hand-off, are the events the handing
 	// transaction appended; a worker whose cached run ends just before them
 	// need not read the history.
@@ -181,9 +183,28 @@ type CommitWorkflowTaskParams struct {
 	// ContinueAs, with Close.Status StatusContinuedAsNew, starts the run
 	// that continues this one.
 	ContinueAs *NewRun
+	// Children are child workflows to start. A child whose workflow ID has
+	// an open run fails at once (ChildWorkflowFailed in this run).
+	Children []NewChild
+	// ParentRunID, set for a child that closes, gets the child's outcome.
+	ParentRunID string
+	// CloseChildren applies the parent-close policies of the run's open
+	// children when it closes.
+	CloseChildren bool
 	// Close, if set, closes the run with this status.
 	Close *CloseRun
 	Now   time.Time
+}
+
+// NewChild is a child workflow to start.
+type NewChild struct {
+	Seq               int64
+	RunID             string
+	WorkflowID        string
+	WorkflowType      string
+	Queue             string
+	Input             json.RawMessage
+	ParentClosePolicy string
 }
 
 // NewRun is a run started by a commit: the continuation of a run.

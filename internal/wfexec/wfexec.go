@@ -26,6 +26,9 @@ type Options struct {
 	// ResolveActivity returns the registered name and the registration
 	// options of an activity function passed to workflow.ExecuteActivity.
 	ResolveActivity func(fn any) (string, activity.Options)
+	// ResolveWorkflow returns the registered name and queue of a workflow
+	// function passed to workflow.ExecuteChildWorkflow.
+	ResolveWorkflow func(fn any) (name, queue string)
 	// Logger is the base of workflow.Logger.
 	Logger *slog.Logger
 }
@@ -47,6 +50,8 @@ type Executor interface {
 	LastEventID() int64
 	// StartedAt is the time of the run's WorkflowStarted event.
 	StartedAt() time.Time
+	// HasChildren reports whether the run started child workflows.
+	HasChildren() bool
 	// OnlyTimers reports whether the run waits on nothing but timers (or
 	// on nothing the engine sends), so it may as well leave memory.
 	OnlyTimers() bool

@@ -75,7 +75,7 @@ WITH task AS (
     FROM task
     WHERE r.run_id = task.run_id AND r.status = 'running'
     RETURNING r.run_id, r.queue, r.workflow_id, r.workflow_type, r.processed_event_id, r.next_event_id - 1 AS event_id,
-        r.trace_context
+        r.trace_context, r.parent_run_id
 ), ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
     SELECT run_id, event_id, @type, @attrs, @now FROM run
@@ -94,7 +94,7 @@ WITH task AS (
 )
 SELECT (SELECT count(*) FROM task), wt.queue, coalesce(wt.claimed, false), coalesce(wt.token, 0),
     coalesce(run.run_id::text, ''), coalesce(run.workflow_id, ''), coalesce(run.workflow_type, ''), coalesce(run.processed_event_id, 0),
-    coalesce(run.event_id, 0), coalesce(run.trace_context, '')
+    coalesce(run.event_id, 0), coalesce(run.trace_context, ''), coalesce(run.parent_run_id::text, '')
 FROM (SELECT 1) one LEFT JOIN wt ON true LEFT JOIN run ON true`
 
 // ResolveActivity implements store.Store.
@@ -120,7 +120,7 @@ func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityPar
 		args["failed"], args["error"], args["class"], args["attempts"] = true, f.Failure.Message, f.Failure.Class, f.Failure.Attempts
 	}
 	err = s.queryRow(ctx, in.RunID, resolveActivitySQL, args, func(row pgx.Row) error {
-		return row.Scan(&deleted, &queue, &claimed, &wt.Token, &wt.RunID, &wt.WorkflowID, &wt.WorkflowType, &wt.ProcessedEventID, &eventID, &wt.TraceContext)
+		return row.Scan(&deleted, &queue, &claimed, &wt.Token, &wt.RunID, &wt.WorkflowID, &wt.WorkflowType, &wt.ProcessedEventID, &eventID, &wt.TraceContext, &wt.ParentRunID)
 	})
 	if err != nil {
 		return ready, fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)

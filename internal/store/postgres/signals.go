@@ -88,20 +88,33 @@ WITH run AS (
 ), tmr AS (
     DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id
 )
-SELECT coalesce((SELECT run_id::text FROM run), '')`
+SELECT coalesce((SELECT run_id::text FROM run), ''),
+    coalesce((SELECT parent_run_id::text FROM durable_runs p WHERE p.run_id = (SELECT run_id FROM run)), '')`
 
 // TerminateRun implements store.Store.
 func (s *Store) TerminateRun(ctx context.Context, in store.TerminateParams) (store.Ready, error) {
 	var ready store.Ready
-	var runID string
-	err := s.db.QueryRow(ctx, terminateRunSQL, pgx.NamedArgs{"workflow_id": in.WorkflowID, "reason": in.Reason, "now": in.Now}).Scan(&runID)
+	var runID, parentRunID string
+	closed := &store.CloseRun{Status: store.StatusTerminated, Failure: &history.Failure{Message: "terminated: " + in.Reason, Class: "terminated"}}
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, terminateRunSQL, pgx.NamedArgs{"workflow_id": in.WorkflowID, "reason": in.Reason, "now": in.Now}).Scan(&runID, &parentRunID)
+		if err != nil || runID == "" {
+			return err
+		}
+		ts := s.WithTx(tx)
+		if parentRunID != "" {
+			if err := ts.reportToParent(ctx, runID, parentRunID, closed, in.Now, &ready); err != nil {
+				return err
+			}
+		}
+		return ts.closeChildren(ctx, runID, in.Now, &ready)
+	})
 	if err != nil {
 		return ready, fmt.Errorf("terminate workflow %q: %w", in.WorkflowID, err)
 	}
 	if runID == "" {
 		return ready, s.noOpenRun(ctx, in.WorkflowID)
 	}
-	ready.ClosedRun = runID
-	ready.Closed = &store.CloseRun{Status: store.StatusTerminated, Failure: &history.Failure{Message: "terminated: " + in.Reason, Class: "terminated"}}
+	ready.ClosedRun, ready.Closed = runID, closed
 	return ready, nil
 }

@@ -24,7 +24,7 @@ SET locked_by = @worker, locked_until = @until, run_after = @until, token = next
 FROM c, durable_runs r
 WHERE t.run_id = c.run_id AND r.run_id = t.run_id
 RETURNING t.run_id::text, r.workflow_id, r.workflow_type, t.queue, t.token, r.processed_event_id, t.attempts,
-    coalesce(r.trace_context, '')`
+    coalesce(r.trace_context, ''), coalesce(r.parent_run_id::text, '')`
 
 // ClaimWorkflowTasks implements store.Store.
 func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
@@ -40,7 +40,7 @@ func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([
 	}
 	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkflowTask, error) {
 		var t store.WorkflowTask
-		err := row.Scan(&t.RunID, &t.WorkflowID, &t.WorkflowType, &t.Queue, &t.Token, &t.ProcessedEventID, &t.Attempts, &t.TraceContext)
+		err := row.Scan(&t.RunID, &t.WorkflowID, &t.WorkflowType, &t.Queue, &t.Token, &t.ProcessedEventID, &t.Attempts, &t.TraceContext, &t.ParentRunID)
 		return t, err
 	})
 	if err != nil {
@@ -72,6 +72,7 @@ WITH lock AS (
     FROM lock
     WHERE r.run_id = lock.run_id AND r.status = 'running'
     RETURNING r.run_id, r.queue, r.workflow_id, r.workflow_type, r.input, r.trace_context,
+        r.parent_run_id, r.parent_seq, r.parent_close_policy,
         r.next_event_id - cardinality(@types::text[]) AS first_id
 ), dead AS (
     -- A failed run is kept as a dead letter, to be redriven after a fix.
@@ -115,8 +116,10 @@ WITH lock AS (
     WHERE a.run_id = run.run_id AND (@close_status::text IS NOT NULL OR a.seq = ANY(@canceled_acts::bigint[]))
 ), next_run AS (
     -- Continue-as-new: the next run of the workflow ID, with a new history.
-    INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, trace_context, created_at, updated_at)
-    SELECT @next_run_id::uuid, workflow_id, workflow_type, queue, 'running', @next_input::jsonb, 2, trace_context, @now, @now
+    INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, trace_context,
+        parent_run_id, parent_seq, parent_close_policy, created_at, updated_at)
+    SELECT @next_run_id::uuid, workflow_id, workflow_type, queue, 'running', @next_input::jsonb, 2, trace_context,
+        parent_run_id, parent_seq, parent_close_policy, @now, @now
     FROM run WHERE @close_status::text = 'continued_as_new'
     RETURNING run_id, queue, workflow_id, workflow_type
 ), next_ev AS (
@@ -209,9 +212,20 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 		claimed  []claimedActivity
 		first    *int64
 	)
-	err = s.queryRow(ctx, in.RunID, commitWorkflowTaskSQL, args, func(row pgx.Row) error {
+	scan := func(row pgx.Row) error {
 		return row.Scan(&ok, &first, &ready.ActivityQueues, &claimed, &released, &ready.TimerAt)
-	})
+	}
+	if len(in.Children) > 0 || (in.Close != nil && (in.ParentRunID != "" || in.CloseChildren)) {
+		// Children and parents: more than one statement, in one transaction.
+		err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+			if err := scan(tx.QueryRow(ctx, commitWorkflowTaskSQL, args)); err != nil || ok == 0 {
+				return err
+			}
+			return s.WithTx(tx).familyEffects(ctx, in, &ready)
+		})
+	} else {
+		err = s.queryRow(ctx, in.RunID, commitWorkflowTaskSQL, args, scan)
+	}
 	if err != nil {
 		return ready, fmt.Errorf("commit workflow task of run %s: %w", in.RunID, translate(err))
 	}

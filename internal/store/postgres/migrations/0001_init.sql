@@ -14,6 +14,11 @@ CREATE TABLE durable_runs (
     -- trace_context is the W3C traceparent of the span that started the
     -- run: the parent of every later span, so a run is one trace.
     trace_context      text,
+    -- A child workflow's parent, the parent's command for it, and what
+    -- happens to it when the parent closes: terminate, cancel or abandon.
+    parent_run_id       uuid,
+    parent_seq          bigint,
+    parent_close_policy text,
     created_at         timestamptz NOT NULL,
     updated_at         timestamptz NOT NULL,
     closed_at          timestamptz
@@ -23,6 +28,7 @@ CREATE TABLE durable_runs (
 CREATE UNIQUE INDEX durable_runs_open_workflow_id ON durable_runs (workflow_id) WHERE status = 'running';
 CREATE INDEX durable_runs_workflow_id ON durable_runs (workflow_id, created_at);
 CREATE INDEX durable_runs_status ON durable_runs (status, created_at);
+CREATE INDEX durable_runs_open_children ON durable_runs (parent_run_id) WHERE status = 'running' AND parent_run_id IS NOT NULL;
 
 CREATE TABLE durable_events (
     run_id     uuid        NOT NULL REFERENCES durable_runs (run_id) ON DELETE CASCADE,

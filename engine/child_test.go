@@ -1,0 +1,122 @@
+package engine_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/activity"
+	"github.com/durable-go/durable/durabletest"
+	"github.com/durable-go/durable/engine"
+	"github.com/durable-go/durable/workflow"
+)
+
+func ParentOfPipeline(ctx workflow.Context, n int) (string, error) {
+	a, err := workflow.ExecuteChildWorkflow(ctx, Pipeline, n, workflow.ChildOptions{ID: "child-of-parent"}).Get(ctx)
+	if err != nil {
+		return "", err
+	}
+	_, err = workflow.ExecuteChildWorkflow(ctx, FailsWorkflow, n, workflow.ChildOptions{}).Get(ctx)
+	var ce *workflow.ChildWorkflowError
+	if !errors.As(err, &ce) {
+		return "", errors.New("expected a child workflow error")
+	}
+	return a + " / " + ce.Message, nil
+}
+
+func TestChildWorkflowResultAndFailure(t *testing.T) {
+	t.Parallel()
+	env := durabletest.New(t, durabletest.Options{})
+	registerPipeline(t, env.Engine)
+	require.NoError(t, engine.RegisterWorkflow(env.Engine, FailsWorkflow, engine.WorkflowOptions{}))
+	require.NoError(t, engine.RegisterWorkflow(env.Engine, ParentOfPipeline, engine.WorkflowOptions{}))
+	env.Run()
+	ctx := resultCtx(t)
+	r, err := engine.Start(ctx, env.Engine, ParentOfPipeline, 4, engine.StartOptions{ID: "parent"})
+	require.NoError(t, err)
+	got, err := r.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "n=10 / no account for 4", got)
+	child, err := engine.GetRun[string](ctx, env.Engine, "child-of-parent")
+	require.NoError(t, err)
+	v, err := child.Result(ctx)
+	require.NoError(t, err, "the child is a run of its own")
+	require.Equal(t, "n=10", v)
+	h, err := env.Engine.ExportHistory(ctx, "parent")
+	require.NoError(t, err)
+	require.NoError(t, env.Engine.Replay(ctx, h), "the parent's history replays")
+}
+
+// LeavesChild starts a sleeping child with the policy in its input and
+// returns at once.
+func (c *cleanup) LeavesChild(ctx workflow.Context, policy string) (string, error) {
+	workflow.ExecuteChildWorkflow(ctx, c.Hold, "sku-"+policy, workflow.ChildOptions{
+		ID: "child-" + policy, ParentClosePolicy: workflow.ParentClosePolicy(policy),
+	})
+	// Let the child start before the parent closes.
+	if err := workflow.Sleep(ctx, time.Minute); err != nil {
+		return "", err
+	}
+	return "done", nil
+}
+
+func TestParentClosePolicies(t *testing.T) {
+	t.Parallel()
+	env := durabletest.New(t, durabletest.Options{ManualClock: true})
+	c := &cleanup{}
+	require.NoError(t, engine.RegisterWorkflow(env.Engine, c.Hold, engine.WorkflowOptions{Name: "Hold"}))
+	require.NoError(t, engine.RegisterWorkflow(env.Engine, c.LeavesChild, engine.WorkflowOptions{Name: "LeavesChild"}))
+	require.NoError(t, engine.RegisterActivity(env.Engine, c.Release, activity.Options{Name: "Release"}))
+	env.Run()
+	ctx := resultCtx(t)
+	for _, policy := range []string{"terminate", "cancel", "abandon"} {
+		_, err := engine.Start(ctx, env.Engine, c.LeavesChild, policy, engine.StartOptions{ID: "parent-" + policy})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			info, err := env.Engine.Describe(ctx, "child-"+policy)
+			return err == nil && len(info.PendingTimers) == 1
+		}, 10*time.Second, 5*time.Millisecond, "the %s child sleeps", policy)
+	}
+	require.NoError(t, env.Advance(ctx, time.Minute)) // the parents close
+	for _, policy := range []string{"terminate", "cancel", "abandon"} {
+		r, err := engine.GetRun[string](ctx, env.Engine, "parent-"+policy)
+		require.NoError(t, err)
+		_, err = r.Result(ctx)
+		require.NoError(t, err)
+	}
+	want := map[string]engine.Status{"terminate": engine.StatusTerminated, "cancel": engine.StatusCanceled, "abandon": engine.StatusRunning}
+	for policy, status := range want {
+		require.Eventually(t, func() bool {
+			info, err := env.Engine.Describe(ctx, "child-"+policy)
+			return err == nil && info.Status == status
+		}, 10*time.Second, 5*time.Millisecond, "policy %s leaves the child %s", policy, status)
+	}
+	require.Equal(t, int32(1), c.ran.Load(), "only the canceled child ran its cleanup")
+}
+
+func DuplicateChild(ctx workflow.Context, _ int) (string, error) {
+	_, err := workflow.ExecuteChildWorkflow(ctx, SleepHour, 0, workflow.ChildOptions{ID: "taken"}).Get(ctx)
+	var ce *workflow.ChildWorkflowError
+	if errors.As(err, &ce) {
+		return ce.Class, nil
+	}
+	return "", err
+}
+
+func TestChildWithATakenIDFails(t *testing.T) {
+	t.Parallel()
+	env := durabletest.New(t, durabletest.Options{ManualClock: true})
+	require.NoError(t, engine.RegisterWorkflow(env.Engine, SleepHour, engine.WorkflowOptions{}))
+	require.NoError(t, engine.RegisterWorkflow(env.Engine, DuplicateChild, engine.WorkflowOptions{}))
+	env.Run()
+	ctx := resultCtx(t)
+	_, err := engine.Start(ctx, env.Engine, SleepHour, 0, engine.StartOptions{ID: "taken"})
+	require.NoError(t, err)
+	r, err := engine.Start(ctx, env.Engine, DuplicateChild, 0, engine.StartOptions{})
+	require.NoError(t, err)
+	got, err := r.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "already_running", got)
+}

@@ -1,0 +1,91 @@
+package workflow
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/durable-go/durable/history"
+)
+
+// ParentClosePolicy says what happens to a child workflow still running
+// when its parent closes.
+type ParentClosePolicy string
+
+// Parent-close policies.
+const (
+	// ParentCloseTerminate terminates the child (the default).
+	ParentCloseTerminate ParentClosePolicy = "terminate"
+	// ParentCloseCancel asks the child to cancel.
+	ParentCloseCancel ParentClosePolicy = "cancel"
+	// ParentCloseAbandon leaves the child running on its own.
+	ParentCloseAbandon ParentClosePolicy = "abandon"
+)
+
+// ChildOptions configure a child workflow.
+type ChildOptions struct {
+	// ID is the child's workflow ID. Default: the parent's run ID, "/" and
+	// the command's sequence number. An ID with an open run fails the
+	// child's future.
+	ID string
+	// Queue is where the child's workflow tasks go. Default: the child
+	// workflow's registered queue.
+	Queue string
+	// ParentClosePolicy defaults to ParentCloseTerminate.
+	ParentClosePolicy ParentClosePolicy
+}
+
+// ChildWorkflowError is what a parent receives when a child fails, is
+// canceled or terminated, or could not start.
+type ChildWorkflowError struct {
+	WorkflowID string
+	Message    string
+	Class      string
+}
+
+func (e *ChildWorkflowError) Error() string {
+	return fmt.Sprintf("child workflow %s failed (%s): %s", e.WorkflowID, e.Class, e.Message)
+}
+
+// ExecuteChildWorkflow starts wf as a child workflow with input in and
+// returns a future for its result. The child is a run of its own (its own
+// workflow ID, history and queue), created in the same transaction as the
+// parent's command; when it closes, its result is appended to the parent's
+// history.
+func ExecuteChildWorkflow[In, Out any](ctx Context, wf func(Context, In) (Out, error), in In, o ChildOptions) Future[Out] {
+	x := ctx.exec()
+	if x.opts.ResolveWorkflow == nil {
+		return failedFuture[Out]("child workflow", fmt.Errorf("child workflows are not available here"))
+	}
+	name, queue := x.opts.ResolveWorkflow(wf)
+	if IsCanceled(ctx) {
+		return failedFuture[Out]("child workflow "+name, ErrCanceled)
+	}
+	input, err := json.Marshal(in)
+	if err != nil {
+		return failedFuture[Out]("child workflow "+name, fmt.Errorf("encode input of child workflow %s: %w", name, err))
+	}
+	switch o.ParentClosePolicy {
+	case "":
+		o.ParentClosePolicy = ParentCloseTerminate
+	case ParentCloseTerminate, ParentCloseCancel, ParentCloseAbandon:
+	default:
+		return failedFuture[Out]("child workflow "+name, fmt.Errorf("child workflow %s: unknown parent-close policy %q", name, o.ParentClosePolicy))
+	}
+	if o.Queue != "" {
+		queue = o.Queue
+	}
+	seq := x.nextSeq()
+	if o.ID == "" {
+		o.ID = fmt.Sprintf("%s/%d", x.opts.RunID, seq)
+	}
+	// A child is not canceled with its parent's context: its parent-close
+	// policy decides.
+	f := &future{name: "child workflow " + o.ID, child: o.ID, seq: seq, detached: true}
+	x.futures[seq] = f
+	x.command(history.ChildWorkflowScheduled{
+		Seq: seq, WorkflowType: name, WorkflowID: o.ID, Queue: queue, Input: input,
+		ParentClosePolicy: string(o.ParentClosePolicy),
+	})
+	x.children = true
+	return typedFuture[Out]{f}
+}
