@@ -254,7 +254,7 @@ func (e *Engine) commitParams(t store.WorkflowTask, processed int64, cmds []hist
 	now := e.now()
 	p := store.CommitWorkflowTaskParams{
 		RunID: t.RunID, WorkflowID: t.WorkflowID, WorkflowQueue: t.Queue, TraceContext: t.TraceContext, Token: t.Token,
-		ParentRunID: t.ParentRunID,
+		ParentRunID:      t.ParentRunID,
 		ProcessedEventID: processed, Events: cmds, Now: now,
 	}
 	for i, c := range cmds {
