@@ -55,6 +55,9 @@ type RedriveResult struct {
 // workflow ID whose history is the failed run's up to the point of failure:
 // the activity that failed runs again, activities that completed do not.
 func (e *Engine) Redrive(ctx context.Context, id int64) (RedriveResult, error) {
+	if err := e.needDB(); err != nil {
+		return RedriveResult{}, err
+	}
 	res, err := e.store.RedriveDeadLetter(ctx, store.RedriveParams{
 		ID: id, Now: e.now(), NewRunID: uuid.NewString(),
 		Task: func(runID string, a history.ActivityScheduled) (store.NewActivityTask, error) {

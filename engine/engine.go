@@ -234,4 +234,30 @@ func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
 	return e, nil
 }
 
+// ErrNoDatabase is returned by an engine made with NewReplayer for anything
+// that needs the database.
+var ErrNoDatabase = errors.New("engine has no database (made with NewReplayer): it can only replay")
+
+// NewReplayer returns an engine without a database, for replaying recorded
+// histories (Replay, ReplayTrace) in tests and tools. Register workflows on
+// it as usual; everything that needs the database returns ErrNoDatabase.
+func NewReplayer(opts Options) (*Engine, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	return &Engine{
+		opts: opts, log: opts.Logger,
+		workflows: map[string]*workflowDef{}, activities: map[string]*activityDef{}, names: map[uintptr]string{},
+		cache: newRunCache(0), metrics: newMetrics(), tracer: newTracer(opts.TracerProvider),
+	}, nil
+}
+
+func (e *Engine) needDB() error {
+	if e.store == nil {
+		return ErrNoDatabase
+	}
+	return nil
+}
+
 func (e *Engine) now() time.Time { return e.opts.NowFunc() }

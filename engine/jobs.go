@@ -59,6 +59,9 @@ func EnqueueTx[In, Out any](ctx context.Context, e *Engine, tx pgx.Tx, fn func(c
 }
 
 func enqueue(ctx context.Context, e *Engine, s *postgres.Store, inTx bool, fn any, in any, o JobOptions) (Job, error) {
+	if err := e.needDB(); err != nil {
+		return Job{}, err
+	}
 	name, opts := e.resolveActivity(fn)
 	opts = opts.Merge(o.Activity)
 	if err := opts.Validate(); err != nil {

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/store/postgres"
 	"github.com/durable-go/durable/internal/wfexec"
 	"github.com/durable-go/durable/workflow"
 )
@@ -74,6 +76,9 @@ func (e *Engine) ReplayRun(ctx context.Context, workflowID string) error {
 // ExportHistory returns the newest run of workflowID as a History, ready
 // for history.Export.
 func (e *Engine) ExportHistory(ctx context.Context, workflowID string) (history.History, error) {
+	if err := e.needDB(); err != nil {
+		return history.History{}, err
+	}
 	r, err := e.store.GetRunByWorkflowID(ctx, workflowID)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -112,4 +117,113 @@ func Query[T any](ctx context.Context, e *Engine, workflowID, name string) (T, e
 		return out, fmt.Errorf("query %q of workflow %q: decode into %T: %w", name, workflowID, out, err)
 	}
 	return out, nil
+}
+
+// TraceStep is one step of a replay trace.
+type TraceStep struct {
+	// EventID is the history event the step belongs to.
+	EventID int64
+	// Kind is "event" (an event delivered to the workflow code), "command"
+	// (a recorded command matched with the code's call, and where the code
+	// made it), or "log" (a line the workflow logged at that point).
+	Kind string
+	Text string
+}
+
+// ReplayTrace replays h like Replay, calling fn for each step, and stops
+// after event until (0: the whole history). It returns what the run waits
+// for at that point: its open activities, timers, children and untaken
+// signals. A divergence ends the trace with the replayer's error.
+func (e *Engine) ReplayTrace(ctx context.Context, h history.History, until int64, fn func(TraceStep)) ([]string, error) {
+	if err := h.Validate(); err != nil {
+		return nil, fmt.Errorf("replay trace: %w", err)
+	}
+	if until > 0 && until < int64(len(h.Events)) {
+		h.Events = h.Events[:until]
+	}
+	started := h.Events[0].Attributes.(history.WorkflowStarted)
+	e.mu.RLock()
+	def := e.workflows[started.WorkflowType]
+	e.mu.RUnlock()
+	if def == nil {
+		return nil, fmt.Errorf("replay trace of run %s: workflow type %q is not registered on this engine", h.RunID, started.WorkflowType)
+	}
+	x := wfexec.New(wfexec.Options{
+		RunID: h.RunID, WorkflowID: started.WorkflowID, WorkflowType: started.WorkflowType,
+		Func: def.run, ResolveActivity: e.resolveActivity, ResolveWorkflow: e.resolveWorkflow, Logger: e.log,
+		Trace: func(id int64, kind, text string) { fn(TraceStep{EventID: id, Kind: kind, Text: text}) },
+	})
+	defer x.Close()
+	if err := x.Apply(h.Events, math.MaxInt64); err != nil {
+		return x.Pending(), err
+	}
+	return x.Pending(), ctx.Err()
+}
+
+// CheckOptions select the open runs CheckOpenRuns replays.
+type CheckOptions struct {
+	// WorkflowType keeps runs of this type; empty keeps all.
+	WorkflowType string
+	// Since keeps runs started at or after it.
+	Since time.Time
+	// Limit is the most runs checked, newest first. Default 1,000.
+	Limit int
+}
+
+// ReplayFailure is an open run whose history the code does not reproduce.
+type ReplayFailure struct {
+	WorkflowID string
+	RunID      string
+	Err        error
+}
+
+// CheckError is returned by CheckOpenRuns when runs diverge.
+type CheckError struct {
+	Checked  int
+	Failures []ReplayFailure
+}
+
+func (e *CheckError) Error() string {
+	f := e.Failures[0]
+	return fmt.Sprintf("%d of %d open runs do not replay against this code; first: workflow %s (run %s): %v",
+		len(e.Failures), e.Checked, f.WorkflowID, f.RunID, f.Err)
+}
+
+// CheckOpenRuns is the pre-deploy replay gate: it replays open runs from
+// the database against the code registered on this engine (the build about
+// to be deployed), writing nothing, and returns how many it checked, or a
+// *CheckError naming every run that diverges with the replayer's report.
+// Call it from a test or a deploy step, against production's database.
+func (e *Engine) CheckOpenRuns(ctx context.Context, o CheckOptions) (int, error) {
+	if err := e.needDB(); err != nil {
+		return 0, err
+	}
+	if o.Limit <= 0 {
+		o.Limit = 1000
+	}
+	runs, err := e.store.ListRuns(ctx, postgres.ListRunsParams{
+		Status: store.StatusRunning, WorkflowType: o.WorkflowType, Since: o.Since, Limit: o.Limit,
+	})
+	if err != nil {
+		return 0, err
+	}
+	ce := &CheckError{}
+	for _, r := range runs {
+		events, err := e.store.ListEvents(ctx, r.RunID, 0)
+		if err != nil {
+			return ce.Checked, err
+		}
+		h := history.History{Version: history.FormatVersion, WorkflowID: r.WorkflowID, RunID: r.RunID, WorkflowType: r.WorkflowType, Events: events}
+		ce.Checked++
+		if err := e.Replay(ctx, h); err != nil {
+			if ctx.Err() != nil {
+				return ce.Checked, ctx.Err()
+			}
+			ce.Failures = append(ce.Failures, ReplayFailure{WorkflowID: r.WorkflowID, RunID: r.RunID, Err: err})
+		}
+	}
+	if len(ce.Failures) > 0 {
+		return ce.Checked, ce
+	}
+	return ce.Checked, nil
 }

@@ -54,6 +54,9 @@ func sendSignal(ctx context.Context, e *Engine, s *postgres.Store, inTx bool, wo
 
 // sendToRun appends ev to the open run of workflowID.
 func (e *Engine) sendToRun(ctx context.Context, s *postgres.Store, inTx bool, workflowID string, ev history.Attributes) error {
+	if err := e.needDB(); err != nil {
+		return err
+	}
 	ready, err := s.SignalRun(ctx, store.SignalParams{WorkflowID: workflowID, Now: e.now(), Notify: inTx || !e.hub.active()}, ev)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -104,6 +107,9 @@ func (e *Engine) Cancel(ctx context.Context, workflowID, reason string) error {
 // code: the run closes as terminated with the reason in its history, and
 // its pending activities and timers are dropped.
 func (e *Engine) Terminate(ctx context.Context, workflowID, reason string) error {
+	if err := e.needDB(); err != nil {
+		return err
+	}
 	ready, err := e.store.TerminateRun(ctx, store.TerminateParams{WorkflowID: workflowID, Reason: reason, Now: e.now()})
 	switch {
 	case errors.Is(err, store.ErrNotFound):

@@ -79,6 +79,9 @@ func StartTx[In, Out any](ctx context.Context, e *Engine, tx pgx.Tx, wf func(wor
 }
 
 func start[Out any](ctx context.Context, e *Engine, s *postgres.Store, inTx bool, wf any, in any, o StartOptions) (*Run[Out], error) {
+	if err := e.needDB(); err != nil {
+		return nil, err
+	}
 	name, queue, err := e.workflowName(wf)
 	if err != nil {
 		return nil, fmt.Errorf("start workflow: %w", err)
@@ -128,6 +131,9 @@ func start[Out any](ctx context.Context, e *Engine, s *postgres.Store, inTx bool
 
 // GetRun returns a handle on the newest run of workflowID.
 func GetRun[Out any](ctx context.Context, e *Engine, workflowID string) (*Run[Out], error) {
+	if err := e.needDB(); err != nil {
+		return nil, err
+	}
 	r, err := e.store.GetRunByWorkflowID(ctx, workflowID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("get run of workflow %q: %w", workflowID, ErrRunNotFound)
@@ -294,6 +300,9 @@ func (e *Engine) History(ctx context.Context, workflowID string) ([]history.Even
 }
 
 func (e *Engine) describe(ctx context.Context, runID string) (RunInfo, error) {
+	if err := e.needDB(); err != nil {
+		return RunInfo{}, err
+	}
 	r, err := e.store.GetRun(ctx, runID)
 	if errors.Is(err, store.ErrNotFound) {
 		return RunInfo{}, fmt.Errorf("describe run %s: %w", runID, ErrRunNotFound)

@@ -23,6 +23,9 @@ import (
 // back every claim it holds, and returns nil. Claimed work is finished or
 // released, never stranded.
 func (e *Engine) Run(ctx context.Context) error {
+	if err := e.needDB(); err != nil {
+		return err
+	}
 	if !e.running.CompareAndSwap(false, true) {
 		return errors.New("engine: Run called while already running")
 	}

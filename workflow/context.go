@@ -3,6 +3,7 @@ package workflow
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/durable-go/durable/activity"
@@ -91,10 +92,22 @@ type replayHandler struct {
 }
 
 func (h *replayHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	if h.x.opts.Trace != nil {
+		return true
+	}
 	return !h.x.replaying && h.inner.Enabled(ctx, l)
 }
 
 func (h *replayHandler) Handle(ctx context.Context, r slog.Record) error {
+	if t := h.x.opts.Trace; t != nil {
+		var b strings.Builder
+		b.WriteString(r.Level.String() + " " + r.Message)
+		r.Attrs(func(a slog.Attr) bool {
+			b.WriteString(" " + a.String())
+			return true
+		})
+		t(h.x.current, "log", b.String())
+	}
 	if h.x.replaying {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,6 +41,7 @@ type executor struct {
 	children        bool // the run started child workflows
 
 	now          time.Time
+	current      int64 // the event being applied, for traces
 	startedAt    time.Time
 	replaying    bool
 	lastEventID  int64
@@ -126,8 +128,12 @@ func (x *executor) Apply(events []history.Event, replayedUpTo int64) error {
 
 func (x *executor) apply(ev history.Event) error {
 	x.replaying = ev.ID <= x.replayedUpTo
+	x.current = ev.ID
 	if ev.Attributes.IsCommand() {
 		return x.match(ev)
+	}
+	if t := x.opts.Trace; t != nil {
+		t(ev.ID, "event", describeEvent(ev.Attributes))
 	}
 	x.now = ev.Time
 	switch a := ev.Attributes.(type) {
@@ -269,9 +275,73 @@ func (x *executor) match(ev history.Event) error {
 		err.Pos = position(c.pc)
 		return err
 	}
+	if t := x.opts.Trace; t != nil {
+		at := position(c.pc)
+		if at != "" {
+			at = " at " + at
+		}
+		t(ev.ID, "command", describe(c.attrs)+at)
+	}
 	x.pending[0] = nil
 	x.pending = x.pending[1:]
 	return nil
+}
+
+// compact returns raw JSON on one line.
+func compact(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// describeEvent names an event delivered to the code, for traces.
+func describeEvent(a history.Attributes) string {
+	switch a := a.(type) {
+	case history.WorkflowStarted:
+		return fmt.Sprintf("WorkflowStarted(%s) input %s", a.WorkflowType, compact(a.Input))
+	case history.ActivityCompleted:
+		return fmt.Sprintf("ActivityCompleted(seq %d) result %s", a.Seq, compact(a.Result))
+	case history.ActivityFailed:
+		return fmt.Sprintf("ActivityFailed(seq %d): %s", a.Seq, a.Failure.Message)
+	case history.TimerFired:
+		return fmt.Sprintf("TimerFired(seq %d)", a.Seq)
+	case history.SignalReceived:
+		return fmt.Sprintf("SignalReceived(%s) %s", a.Name, compact(a.Payload))
+	case history.ChildWorkflowCompleted:
+		return fmt.Sprintf("ChildWorkflowCompleted(seq %d) result %s", a.Seq, compact(a.Result))
+	case history.ChildWorkflowFailed:
+		return fmt.Sprintf("ChildWorkflowFailed(seq %d): %s", a.Seq, a.Failure.Message)
+	case history.WorkflowCancelRequested:
+		return fmt.Sprintf("WorkflowCancelRequested: %s", a.Reason)
+	}
+	return a.EventType()
+}
+
+// Pending describes what the run waits for.
+func (x *executor) Pending() []string {
+	seqs := make([]int64, 0, len(x.futures))
+	for seq := range x.futures {
+		seqs = append(seqs, seq)
+	}
+	slices.Sort(seqs)
+	var out []string
+	for _, seq := range seqs {
+		f := x.futures[seq]
+		out = append(out, fmt.Sprintf("%s (seq %d)", f.name, seq))
+	}
+	names := make([]string, 0, len(x.signals))
+	for name, q := range x.signals {
+		if len(q) > 0 {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		out = append(out, fmt.Sprintf("%d signal(s) %q not taken yet", len(x.signals[name]), name))
+	}
+	return out
 }
 
 // skippable reports whether a recorded command the code no longer makes may
@@ -295,7 +365,14 @@ func (x *executor) nondeterminism(ev history.Event, got string) *NonDeterminismE
 
 // command records a command produced by workflow code.
 func (x *executor) command(a history.Attributes) {
-	x.pending = append(x.pending, &command{attrs: a, pc: callerPC()})
+	var pc uintptr
+	switch a.(type) {
+	case history.WorkflowCompleted, history.WorkflowFailed, history.WorkflowCanceled, history.WorkflowContinuedAsNew:
+		// The workflow function returned: no call site to name.
+	default:
+		pc = callerPC()
+	}
+	x.pending = append(x.pending, &command{attrs: a, pc: pc})
 }
 
 func (x *executor) nextSeq() int64 {

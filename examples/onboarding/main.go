@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/durable-go/durable/durablecli"
 	"github.com/durable-go/durable/engine"
 	"github.com/durable-go/durable/examples/onboarding/onboard"
 )
@@ -28,6 +29,11 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	// `onboarding replay trace ID` and `onboarding replay check`: the replay
+	// debugger and the pre-deploy gate, mounted in one line.
+	if len(os.Args) > 1 && os.Args[1] == "replay" {
+		os.Exit(durablecli.Run(ctx, os.Args[2:], os.Stdout, os.Stderr, onboard.Register))
+	}
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "onboarding:", err)
 		os.Exit(1)

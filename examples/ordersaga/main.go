@@ -27,6 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/durable-go/durable/durablecli"
 	"github.com/durable-go/durable/engine"
 	"github.com/durable-go/durable/examples/ordersaga/checkout"
 	"github.com/durable-go/durable/history"
@@ -35,6 +36,11 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	// `ordersaga replay trace ID` and `ordersaga replay check`.
+	if len(os.Args) > 1 && os.Args[1] == "replay" {
+		register := func(e *engine.Engine) error { return checkout.Register(e, &checkout.Activities{Out: io.Discard}) }
+		os.Exit(durablecli.Run(ctx, os.Args[2:], os.Stdout, os.Stderr, register))
+	}
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "ordersaga:", err)
 		os.Exit(1)

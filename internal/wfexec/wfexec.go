@@ -31,6 +31,11 @@ type Options struct {
 	ResolveWorkflow func(fn any) (name, queue string)
 	// Logger is the base of workflow.Logger.
 	Logger *slog.Logger
+	// Trace, if set, is told each step of the replay: kind is "event" (an
+	// event delivered to the code), "command" (a recorded command matched
+	// with the code's call), or "log" (a line the workflow logged, which
+	// replay otherwise drops).
+	Trace func(eventID int64, kind, text string)
 }
 
 // Executor runs one workflow run's code against its history.
@@ -55,6 +60,9 @@ type Executor interface {
 	// OnlyTimers reports whether the run waits on nothing but timers (or
 	// on nothing the engine sends), so it may as well leave memory.
 	OnlyTimers() bool
+	// Pending describes what the run waits for: open activities, timers,
+	// children, and signals not yet taken.
+	Pending() []string
 	// Query answers a query from the state the run has reached, without
 	// changing it.
 	Query(name string) (json.RawMessage, error)
