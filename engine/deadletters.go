@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -16,10 +18,47 @@ var ErrDeadLetterNotFound = errors.New("dead letter not found")
 
 // DeadLetter is a standalone job or a workflow run that failed for good,
 // with what it takes to understand and redrive it.
-type DeadLetter = store.DeadLetter
+type DeadLetter struct {
+	ID int64
+	// Kind is DeadJob or DeadWorkflow.
+	Kind string
+	// Type is the activity or workflow type.
+	Type  string
+	Queue string
+	// Payload is the job's or the run's input.
+	Payload        json.RawMessage
+	IdempotencyKey string // jobs
+	RunID          string // workflows
+	WorkflowID     string // workflows
+	Attempts       int
+	LastError      string
+	// ErrorClass is the last error's kind (see activity.ErrorClass).
+	ErrorClass     string
+	FirstFailedAt  time.Time
+	DeadLetteredAt time.Time
+	// RedrivenAt is when it was redriven, or nil.
+	RedrivenAt *time.Time
+	// RedriveRunID is the run a redriven workflow continues in.
+	RedriveRunID string
+}
 
 // DeadLetterFilter selects dead letters; zero fields match everything.
-type DeadLetterFilter = store.DeadLetterFilter
+type DeadLetterFilter struct {
+	Kind string
+	Type string
+	// Pending keeps those not redriven yet.
+	Pending bool
+	// Limit is the most returned, newest first. Default 100.
+	Limit int
+}
+
+func deadLetter(d store.DeadLetter) DeadLetter {
+	return DeadLetter{
+		ID: d.ID, Kind: d.Kind, Type: d.Type, Queue: d.Queue, Payload: d.Payload, IdempotencyKey: d.IdempotencyKey,
+		RunID: d.RunID, WorkflowID: d.WorkflowID, Attempts: d.Attempts, LastError: d.LastError, ErrorClass: d.ErrorClass,
+		FirstFailedAt: d.FirstFailedAt, DeadLetteredAt: d.DeadLetteredAt, RedrivenAt: d.RedrivenAt, RedriveRunID: d.RedriveRunID,
+	}
+}
 
 // Dead-letter kinds.
 const (
@@ -29,16 +68,30 @@ const (
 
 // DeadLetters lists dead letters, newest first (at most f.Limit, default 100).
 func (e *Engine) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
-	return e.store.ListDeadLetters(ctx, f)
+	if err := e.needDB(); err != nil {
+		return nil, err
+	}
+	ds, err := e.store.ListDeadLetters(ctx, store.DeadLetterFilter(f))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]DeadLetter, len(ds))
+	for i, d := range ds {
+		out[i] = deadLetter(d)
+	}
+	return out, nil
 }
 
 // DeadLetter returns one dead letter.
 func (e *Engine) DeadLetter(ctx context.Context, id int64) (DeadLetter, error) {
+	if err := e.needDB(); err != nil {
+		return DeadLetter{}, err
+	}
 	d, err := e.store.GetDeadLetter(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return d, fmt.Errorf("dead letter %d: %w", id, ErrDeadLetterNotFound)
+		return DeadLetter{}, fmt.Errorf("dead letter %d: %w", id, ErrDeadLetterNotFound)
 	}
-	return d, err
+	return deadLetter(d), err
 }
 
 // RedriveResult says what Redrive did.
@@ -86,7 +139,7 @@ func (e *Engine) RedriveAll(ctx context.Context, f DeadLetterFilter) (int, error
 	f.Pending, f.Limit = true, 100
 	n := 0
 	for {
-		ds, err := e.store.ListDeadLetters(ctx, f)
+		ds, err := e.store.ListDeadLetters(ctx, store.DeadLetterFilter(f))
 		if err != nil {
 			return n, err
 		}

@@ -45,6 +45,9 @@ func (h *hub) publishNow(ctx context.Context, r store.Ready) {
 	for _, q := range r.ActivityQueues {
 		keys = append(keys, "a:"+q)
 	}
+	if r.ClosedRun != "" {
+		keys = append(keys, "c:"+r.ClosedRun)
+	}
 	if len(keys) == 0 {
 		return
 	}

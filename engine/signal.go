@@ -121,6 +121,8 @@ func (e *Engine) Terminate(ctx context.Context, workflowID, reason string) error
 	}
 	if e.hub.active() {
 		e.announce(ready)
+	} else {
+		e.hub.publishNow(ctx, ready) // waiters and parents in other processes
 	}
 	return nil
 }

@@ -1,10 +1,14 @@
 // Command durable operates the PostgreSQL database of a durable workflow
-// engine: it migrates the schema and lists and inspects workflow runs.
+// engine: it migrates the schema, lists and inspects workflow runs, signals,
+// cancels and terminates them, and redrives dead letters.
 //
-// It talks to the database only, so it works whether or not any worker runs,
-// and it never changes a run. Every command has help (durable help, durable
-// workflow list --help), and `durable completion bash|zsh|fish|powershell`
-// prints a shell completion script.
+// It talks to the database only, so it works whether or not any worker runs.
+// Most commands only read; workflow signal, cancel and terminate and dlq
+// redrive change runs, by writing what the engine's own calls write
+// (engine.Signal, Cancel, Terminate, Redrive), and the workers act on it.
+// Every command has help (durable help, durable workflow list --help), and
+// `durable completion bash|zsh|fish|powershell` prints a shell completion
+// script.
 //
 // # Commands
 //
@@ -18,6 +22,28 @@
 //	                                a run's state, pending activities and timers
 //	durable workflow history ID [--run RUN_ID] [--payloads]
 //	                                a run's events
+//	durable workflow signal ID NAME [--payload JSON | --payload-file F]
+//	                                send a signal to the open run
+//	durable workflow cancel ID [--reason R]
+//	                                ask the open run to cancel
+//	durable workflow terminate ID [--reason R]
+//	                                stop the open run at once
+//	durable dlq list [--kind K] [--type T] [--all] [--limit N]
+//	                                dead letters not yet redriven
+//	durable dlq show ID [--payloads]
+//	                                one dead letter, its whole last error
+//	durable dlq redrive ID... | --all [--kind K] [--type T]
+//	                                run dead letters again
+//	durable stats [--window D]      queue backlogs, timers, dead letters
+//
+// # Changing runs
+//
+// signal, cancel and terminate act on the workflow ID's open run. A signal's
+// payload is one JSON value (default null). cancel and terminate record a
+// reason in the run's history, by default "by $USER from the durable CLI".
+// A workflow ID with no run exits 3; one whose runs have all closed exits 1
+// and names the last run's status. With --json they print
+// {"workflow_id": ID, "done": "signal"|"cancel"|"terminate"}.
 //
 // # Global flags
 //
@@ -38,9 +64,9 @@
 // Scripts can rely on these:
 //
 //	0  ok
-//	1  error
+//	1  error, such as a workflow whose runs have all closed
 //	2  usage error: unknown command or flag, bad flag value, wrong arguments
-//	3  not found: no workflow or run with that ID
+//	3  not found: no workflow, run or dead letter with that ID
 //	4  database unreachable
 //	5  schema out of date: the database is behind this binary (run `durable migrate`)
 //

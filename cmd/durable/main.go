@@ -127,8 +127,12 @@ func (a *app) close() {
 }
 
 const rootLong = `durable operates a durable workflow engine's PostgreSQL database: it applies
-and prints the schema migrations, and lists and inspects workflow runs and
-their histories. It talks to the database only; no worker needs to run.
+and prints the schema migrations; lists and inspects workflow runs and their
+histories; signals, cancels and terminates runs; lists, inspects and
+redrives dead letters; and shows queue statistics. It talks to the database
+only; no worker needs to run. Commands that change something (workflow
+signal, cancel and terminate, dlq redrive) record the change there, and the
+workers act on it.
 
 The database is --db, else $DATABASE_URL, else ` + defaultURL + `.
 Output is for people; --json gives machine output instead. Workflow inputs
@@ -136,21 +140,23 @@ and results are printed only when asked for with --payloads.
 
 Exit codes:
   0  ok
-  1  error
+  1  error, such as a workflow whose runs have all closed
   2  usage error: unknown command or flag, bad flag value, wrong arguments
-  3  not found: no workflow or run with that ID
+  3  not found: no workflow, run or dead letter with that ID
   4  database unreachable: check --db or DATABASE_URL, and that PostgreSQL runs
   5  schema out of date: the database is behind this binary; run ` + "`durable migrate`"
 
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "durable",
-		Short: "Operate a durable workflow database: migrate, list and inspect runs",
+		Short: "Operate a durable workflow database: migrate, inspect and control runs, redrive dead letters",
 		Long:  rootLong,
 		Example: `  durable migrate
   durable workflow list --status running --since 24h
   durable workflow describe onboard:ada@example.com
-  durable workflow history onboard:ada@example.com --json`,
+  durable workflow history onboard:ada@example.com --json
+  durable workflow signal onboard:ada@example.com approve --payload '"yes"'
+  durable dlq redrive --all`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
@@ -160,7 +166,9 @@ func (a *app) rootCommand() *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err}
 	})
-	root.AddCommand(a.migrateCommand(), a.workflowCommand(), a.dlqCommand(), a.statsCommand())
+	wf := a.workflowCommand()
+	a.addWorkflowControl(wf)
+	root.AddCommand(a.migrateCommand(), wf, a.dlqCommand(), a.statsCommand())
 	return root
 }
 

@@ -423,6 +423,18 @@ func redact(a history.Attributes) history.Attributes {
 	case history.SideEffectRecorded:
 		e.Value = nil
 		return e
+	case history.SignalReceived:
+		e.Payload = nil
+		return e
+	case history.WorkflowContinuedAsNew:
+		e.Input = nil
+		return e
+	case history.ChildWorkflowScheduled:
+		e.Input = nil
+		return e
+	case history.ChildWorkflowCompleted:
+		e.Result = nil
+		return e
 	}
 	return a
 }
@@ -471,6 +483,30 @@ func summarize(a history.Attributes, payloads bool) string {
 	case history.SideEffectRecorded:
 		s = fmt.Sprintf("seq %d", e.Seq)
 		p = e.Value
+	case history.SignalReceived:
+		s = clean(e.Name)
+		p = e.Payload
+	case history.WorkflowCancelRequested:
+		s = clean(e.Reason)
+	case history.WorkflowCanceled:
+		s = clean(e.Reason)
+	case history.WorkflowTerminated:
+		s = clean(e.Reason)
+	case history.ActivityCanceled:
+		s = fmt.Sprintf("seq %d", e.Seq)
+	case history.VersionMarker:
+		s = fmt.Sprintf("%s = %d", clean(e.ChangeID), e.Version)
+	case history.WorkflowContinuedAsNew:
+		s = "as run " + clean(e.NewRunID)
+		p = e.Input
+	case history.ChildWorkflowScheduled:
+		s = fmt.Sprintf("seq %d: %s %s on queue %s", e.Seq, clean(e.WorkflowType), clean(e.WorkflowID), clean(e.Queue))
+		p = e.Input
+	case history.ChildWorkflowCompleted:
+		s = fmt.Sprintf("seq %d", e.Seq)
+		p = e.Result
+	case history.ChildWorkflowFailed:
+		s = fmt.Sprintf("seq %d: %s", e.Seq, failure(e.Failure))
 	}
 	if payloads && p != nil {
 		if s != "" {
