@@ -2,6 +2,7 @@ package activity
 
 import (
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -94,6 +95,9 @@ func validateName(field, s string) error {
 	}
 	if !utf8.ValidString(s) {
 		return fmt.Errorf("activity options: %s %q is not valid UTF-8", field, s)
+	}
+	if strings.ContainsRune(s, 0) {
+		return fmt.Errorf("activity options: %s %q contains a NUL byte, which PostgreSQL text cannot hold", field, s)
 	}
 	return nil
 }

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -143,8 +145,11 @@ func (o Options) withDefaults() Options {
 
 func (o Options) validate() error {
 	for name, q := range o.Queues {
-		if name == "" || len(name) > 200 {
-			return fmt.Errorf("engine options: queue name %q must be 1 to 200 bytes", name)
+		if name == "" {
+			return errors.New("engine options: empty queue name")
+		}
+		if err := checkName("engine options: queue name", name, 200); err != nil {
+			return err
 		}
 		if q.WorkflowConcurrency < 0 || q.ActivityConcurrency < 0 {
 			return fmt.Errorf("engine options: queue %q: concurrency must not be negative", name)
@@ -251,6 +256,21 @@ func NewReplayer(opts Options) (*Engine, error) {
 		workflows: map[string]*workflowDef{}, activities: map[string]*activityDef{}, names: map[uintptr]string{},
 		cache: newRunCache(0), metrics: newMetrics(), tracer: newTracer(opts.TracerProvider),
 	}, nil
+}
+
+// checkName validates an identifier that reaches the database: a workflow
+// ID, signal name, queue, job key. PostgreSQL text holds valid UTF-8 without
+// NUL bytes.
+func checkName(what, s string, limit int) error {
+	switch {
+	case len(s) > limit:
+		return fmt.Errorf("%s is %d bytes, the limit is %d", what, len(s), limit)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%s %.40q is not valid UTF-8", what, s)
+	case strings.ContainsRune(s, 0):
+		return fmt.Errorf("%s %.40q contains a NUL byte, which PostgreSQL text cannot hold", what, s)
+	}
+	return nil
 }
 
 func (e *Engine) needDB() error {

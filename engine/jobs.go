@@ -78,8 +78,8 @@ func enqueue(ctx context.Context, e *Engine, s *postgres.Store, inTx bool, fn an
 	if o.Key == "" {
 		o.Key = uuid.NewString()
 	}
-	if len(o.Key) > maxIDLen {
-		return Job{}, fmt.Errorf("enqueue job %s: key is %d bytes, the limit is %d", name, len(o.Key), maxIDLen)
+	if err := checkName("job key", o.Key, maxIDLen); err != nil {
+		return Job{}, fmt.Errorf("enqueue job %s: %w", name, err)
 	}
 	now := e.now()
 	runAt := now

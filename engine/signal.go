@@ -42,8 +42,14 @@ func SignalTx[T any](ctx context.Context, e *Engine, tx pgx.Tx, workflowID, name
 }
 
 func sendSignal(ctx context.Context, e *Engine, s *postgres.Store, inTx bool, workflowID, name string, v any) error {
-	if name == "" || len(name) > 200 {
-		return fmt.Errorf("signal %q to workflow %q: the name must be 1 to 200 bytes", name, workflowID)
+	if name == "" {
+		return fmt.Errorf("signal to workflow %q: empty signal name", workflowID)
+	}
+	if err := checkName("signal name", name, 200); err != nil {
+		return fmt.Errorf("signal workflow %q: %w", workflowID, err)
+	}
+	if err := checkName("workflow ID", workflowID, maxIDLen); err != nil {
+		return fmt.Errorf("signal %q: %w", name, err)
 	}
 	payload, err := encodePayload(v, e.opts.MaxPayloadBytes, "signal "+name)
 	if err != nil {
@@ -54,6 +60,9 @@ func sendSignal(ctx context.Context, e *Engine, s *postgres.Store, inTx bool, wo
 
 // sendToRun appends ev to the open run of workflowID.
 func (e *Engine) sendToRun(ctx context.Context, s *postgres.Store, inTx bool, workflowID string, ev history.Attributes) error {
+	if err := checkName("workflow ID", workflowID, maxIDLen); err != nil {
+		return fmt.Errorf("%s: %w", ev.EventType(), err)
+	}
 	if err := e.needDB(); err != nil {
 		return err
 	}
@@ -107,6 +116,9 @@ func (e *Engine) Cancel(ctx context.Context, workflowID, reason string) error {
 // code: the run closes as terminated with the reason in its history, and
 // its pending activities and timers are dropped.
 func (e *Engine) Terminate(ctx context.Context, workflowID, reason string) error {
+	if err := checkName("workflow ID", workflowID, maxIDLen); err != nil {
+		return fmt.Errorf("terminate: %w", err)
+	}
 	if err := e.needDB(); err != nil {
 		return err
 	}

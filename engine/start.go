@@ -92,8 +92,11 @@ func start[Out any](ctx context.Context, e *Engine, s *postgres.Store, inTx bool
 	if o.ID == "" {
 		o.ID = uuid.NewString()
 	}
-	if len(o.ID) > maxIDLen {
-		return nil, fmt.Errorf("start workflow %s: ID is %d bytes, the limit is %d", name, len(o.ID), maxIDLen)
+	if err := checkName("workflow ID", o.ID, maxIDLen); err != nil {
+		return nil, fmt.Errorf("start workflow %s: %w", name, err)
+	}
+	if err := checkName("queue", queue, 200); err != nil {
+		return nil, fmt.Errorf("start workflow %s: %w", name, err)
 	}
 	input, err := encodePayload(in, e.opts.MaxPayloadBytes, "input of workflow "+name)
 	if err != nil {
@@ -131,6 +134,9 @@ func start[Out any](ctx context.Context, e *Engine, s *postgres.Store, inTx bool
 
 // GetRun returns a handle on the newest run of workflowID.
 func GetRun[Out any](ctx context.Context, e *Engine, workflowID string) (*Run[Out], error) {
+	if err := checkName("workflow ID", workflowID, maxIDLen); err != nil {
+		return nil, fmt.Errorf("get run: %w", err)
+	}
 	if err := e.needDB(); err != nil {
 		return nil, err
 	}
