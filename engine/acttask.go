@@ -18,8 +18,13 @@ import (
 	"github.com/durable-go/durable/internal/store"
 )
 
+// claimActivityTasks claims ready tasks of the activities this engine has.
 func (e *Engine) claimActivityTasks(ctx context.Context, queue string, n int) ([]store.ActivityTask, error) {
-	return e.store.ClaimActivityTasks(ctx, store.ClaimParams{Queue: queue, WorkerID: e.opts.WorkerID, Limit: n, Now: e.now()})
+	types := e.registered(false)
+	if len(types) == 0 {
+		return nil, nil
+	}
+	return e.store.ClaimActivityTasks(ctx, store.ClaimParams{Queue: queue, WorkerID: e.opts.WorkerID, Limit: n, Now: e.now(), Types: types})
 }
 
 // runActivityTask runs one attempt of an activity and records its outcome:

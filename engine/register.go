@@ -156,6 +156,23 @@ func (e *Engine) resolveWorkflow(fn any) (string, string) {
 	return name, queue
 }
 
+// registered returns the names of the registered workflows (or activities).
+func (e *Engine) registered(workflows bool) []string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var names []string
+	if workflows {
+		for n := range e.workflows {
+			names = append(names, n)
+		}
+	} else {
+		for n := range e.activities {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
 func funcPC(fn any) uintptr { return reflect.ValueOf(fn).Pointer() }
 
 // registeredName returns name, or the short name of fn: "ChargeCard" for

@@ -27,9 +27,16 @@ var errUnregistered = errors.New("not registered")
 // testHookWorkflowTask, set only by tests, observes workflow tasks.
 var testHookWorkflowTask atomic.Pointer[func(runID string, enter bool)]
 
+// claimWorkflowTasks claims ready tasks of the workflow types this engine
+// has: a type no worker has waits, ready, and shows in the queue's
+// oldest-ready age.
 func (e *Engine) claimWorkflowTasks(ctx context.Context, queue string, n int) ([]store.WorkflowTask, error) {
+	types := e.registered(true)
+	if len(types) == 0 {
+		return nil, nil
+	}
 	return e.store.ClaimWorkflowTasks(ctx, store.ClaimParams{
-		Queue: queue, WorkerID: e.opts.WorkerID, Limit: n, Now: e.now(), Lease: e.opts.WorkflowTaskLease,
+		Queue: queue, WorkerID: e.opts.WorkerID, Limit: n, Now: e.now(), Lease: e.opts.WorkflowTaskLease, Types: types,
 	})
 }
 

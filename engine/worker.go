@@ -237,8 +237,12 @@ func pollLoop[T any](ctx context.Context, e *Engine, kind, queue string, p *work
 			continue // there may be more
 		}
 		wait := e.opts.PollInterval
+		// Sleep until the next task comes due; one due already that the
+		// claim left is of a type this worker does not have.
 		if due, ok, err := e.store.NextDue(ctx, kind, queue); err == nil && ok {
-			wait = min(wait, max(due.Sub(e.now()), time.Millisecond))
+			if left := due.Sub(e.now()); left > 0 {
+				wait = min(wait, left)
+			}
 		}
 		t := time.NewTimer(wait)
 		select {

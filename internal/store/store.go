@@ -109,6 +109,9 @@ type ClaimParams struct {
 	// Lease is how long a workflow task claim holds before another worker may
 	// take the task. Activity tasks carry their own lease.
 	Lease time.Duration
+	// Types, if not nil, limits the claim to these workflow or activity
+	// types: a worker claims only what it can run.
+	Types []string
 }
 
 // WorkflowTask is a claimed workflow task.

@@ -15,7 +15,7 @@ import (
 const claimActivityTasksSQL = `
 WITH c AS (
     SELECT id FROM durable_activity_tasks
-    WHERE queue = @queue AND run_after <= @now
+    WHERE queue = @queue AND run_after <= @now AND (@any_type OR activity = ANY(@types::text[]))
     ORDER BY run_after
     LIMIT @limit
     FOR UPDATE SKIP LOCKED
@@ -37,6 +37,7 @@ RETURNING t.id, coalesce(t.run_id::text, ''),
 func (s *Store) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
 	rows, err := s.db.Query(ctx, claimActivityTasksSQL, pgx.NamedArgs{
 		"queue": in.Queue, "now": in.Now, "limit": in.Limit, "worker": in.WorkerID,
+		"any_type": in.Types == nil, "types": typesArg(in.Types),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim activity tasks on queue %q: %w", in.Queue, err)

@@ -13,11 +13,12 @@ import (
 
 const claimWorkflowTasksSQL = `
 WITH c AS (
-    SELECT run_id FROM durable_workflow_tasks
-    WHERE queue = @queue AND run_after <= @now
-    ORDER BY run_after
+    SELECT t.run_id FROM durable_workflow_tasks t
+    WHERE t.queue = @queue AND t.run_after <= @now
+      AND (@any_type OR EXISTS (SELECT 1 FROM durable_runs r WHERE r.run_id = t.run_id AND r.workflow_type = ANY(@types::text[])))
+    ORDER BY t.run_after
     LIMIT @limit
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF t SKIP LOCKED
 )
 UPDATE durable_workflow_tasks t
 SET locked_by = @worker, locked_until = @until, run_after = @until, token = nextval('durable_task_token')
@@ -34,6 +35,8 @@ func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([
 		"limit":  in.Limit,
 		"worker": in.WorkerID,
 		"until":  in.Now.Add(in.Lease),
+		"any_type": in.Types == nil,
+		"types":    typesArg(in.Types),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim workflow tasks on queue %q: %w", in.Queue, err)
@@ -300,4 +303,12 @@ type claimedActivity struct {
 	ID    int64     `json:"id"`
 	Seq   int64     `json:"seq"`
 	Until time.Time `json:"until"`
+}
+
+// typesArg passes a type filter; nil (no filter) becomes an empty array.
+func typesArg(types []string) []string {
+	if types == nil {
+		return []string{}
+	}
+	return types
 }

@@ -332,3 +332,30 @@ func testHandOffClaimsTheNextTasks(t *testing.T, b *bundle) {
 	require.NoError(t, err)
 	require.Equal(t, store.StatusCompleted, b.getRun(t, run.RunID).Status)
 }
+
+// testClaimOnlyTheTypesAsked: a worker claims only the workflow and activity
+// types it has; the others stay ready for a worker that has them.
+func testClaimOnlyTheTypesAsked(t *testing.T, b *bundle) {
+	b.runWithActivities(t, "order-1", 1, 0)
+	acts, err := b.s.ClaimActivityTasks(b.ctx, store.ClaimParams{Queue: actQueue, WorkerID: worker, Limit: 10, Now: b.now, Types: []string{"Refund"}})
+	require.NoError(t, err)
+	require.Empty(t, acts, "no Charge for a worker that has only Refund")
+	acts, err = b.s.ClaimActivityTasks(b.ctx, store.ClaimParams{Queue: actQueue, WorkerID: worker, Limit: 10, Now: b.now, Types: []string{"Charge"}})
+	require.NoError(t, err)
+	require.Len(t, acts, 1)
+
+	b.createRun(t, "order-2", wfQueue)
+	wfs, err := b.s.ClaimWorkflowTasks(b.ctx, store.ClaimParams{Queue: wfQueue, WorkerID: worker, Limit: 10, Now: b.now, Lease: wfLease, Types: []string{"Other"}})
+	require.NoError(t, err)
+	require.Empty(t, wfs)
+	wfs, err = b.s.ClaimWorkflowTasks(b.ctx, store.ClaimParams{Queue: wfQueue, WorkerID: worker, Limit: 10, Now: b.now, Lease: wfLease, Types: []string{"Other", b.getRun(t, wfsRunID(t, b, "order-2")).WorkflowType}})
+	require.NoError(t, err)
+	require.Len(t, wfs, 1)
+}
+
+func wfsRunID(t *testing.T, b *bundle, workflowID string) string {
+	t.Helper()
+	r, err := b.s.GetRunByWorkflowID(b.ctx, workflowID)
+	require.NoError(t, err)
+	return r.RunID
+}

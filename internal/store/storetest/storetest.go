@@ -77,6 +77,7 @@ var cases = []struct {
 	{"ConcurrentClaimsNeverShareATask", testConcurrentClaimsNeverShareATask},
 	{"ConcurrentDuplicateCompletionsCommitOnce", testConcurrentDuplicateCompletionsCommitOnce},
 	{"HandOffClaimsTheNextTasks", testHandOffClaimsTheNextTasks},
+	{"ClaimOnlyTheTypesAsked", testClaimOnlyTheTypesAsked},
 }
 
 // The fixtures' defaults.
