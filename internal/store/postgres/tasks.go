@@ -30,11 +30,11 @@ RETURNING t.run_id::text, r.workflow_id, r.workflow_type, t.queue, t.token, r.pr
 // ClaimWorkflowTasks implements store.Store.
 func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
 	rows, err := s.db.Query(ctx, claimWorkflowTasksSQL, pgx.NamedArgs{
-		"queue":  in.Queue,
-		"now":    in.Now,
-		"limit":  in.Limit,
-		"worker": in.WorkerID,
-		"until":  in.Now.Add(in.Lease),
+		"queue":    in.Queue,
+		"now":      in.Now,
+		"limit":    in.Limit,
+		"worker":   in.WorkerID,
+		"until":    in.Now.Add(in.Lease),
 		"any_type": in.Types == nil,
 		"types":    typesArg(in.Types),
 	})
