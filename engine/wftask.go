@@ -110,20 +110,22 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 	}
 	// Activities on queues this engine serves with a free slot are claimed by
 	// the commit itself and run here, without a claim transaction.
-	var reserved []*workerPool[store.ActivityTask]
+	// The pools are held from here on: Run may drop its pool list meanwhile.
+	reserved := map[int64]*workerPool[store.ActivityTask]{}
 	for i := range commit.Activities {
 		if p := e.activityPool(commit.Activities[i].Queue); p != nil && p.tryAcquire() {
 			commit.Activities[i].ClaimAs = e.opts.WorkerID
-			reserved = append(reserved, p)
+			reserved[commit.Activities[i].Seq] = p
 		}
 	}
 	ready, err := e.store.CommitWorkflowTask(ctx, commit)
-	started := 0
 	for _, a := range ready.ActivityTasks {
-		e.activityPool(a.Queue).start(a) // the pool is there: its slot is reserved
-		started++
+		if p := reserved[a.Seq]; p != nil {
+			p.start(a)
+			delete(reserved, a.Seq)
+		}
 	}
-	for _, p := range reserved[started:] {
+	for _, p := range reserved { // reserved, but the commit claimed nothing for it
 		p.release()
 	}
 	if err != nil {

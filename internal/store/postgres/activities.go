@@ -98,6 +98,41 @@ SELECT (SELECT count(*) FROM task), wt.queue, coalesce(wt.claimed, false), coale
     coalesce(run.event_id, 0), coalesce(run.trace_context, ''), coalesce(run.parent_run_id::text, '')
 FROM (SELECT 1) one LEFT JOIN wt ON true LEFT JOIN run ON true`
 
+// completeActivitySQL is resolveActivitySQL for a completion: no dead
+// letter can come of it, so that part is left out.
+const completeActivitySQL = `
+WITH task AS (
+    DELETE FROM durable_activity_tasks
+    WHERE id = @id AND attempt = @attempt
+    RETURNING run_id
+), run AS (
+    UPDATE durable_runs r
+    SET next_event_id = r.next_event_id + 1, updated_at = @now
+    FROM task
+    WHERE r.run_id = task.run_id AND r.status = 'running'
+    RETURNING r.run_id, r.queue, r.workflow_id, r.workflow_type, r.processed_event_id, r.next_event_id - 1 AS event_id,
+        r.trace_context, r.parent_run_id
+), ev AS (
+    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
+    SELECT run_id, event_id, @type, @attrs, @now FROM run
+), wt AS (
+    -- With claim_as the new workflow task is claimed for the completing
+    -- worker, which runs it without a claim of its own.
+    INSERT INTO durable_workflow_tasks (run_id, queue, run_after, locked_by, locked_until, token)
+    SELECT run_id, queue,
+        CASE WHEN @claim_as::text = '' THEN @now ELSE @until END,
+        nullif(@claim_as::text, ''),
+        CASE WHEN @claim_as::text = '' THEN NULL ELSE @until::timestamptz END,
+        CASE WHEN @claim_as::text = '' THEN 0 ELSE nextval('durable_task_token') END
+    FROM run
+    ON CONFLICT (run_id) DO NOTHING
+    RETURNING queue, locked_by IS NOT NULL AS claimed, token
+)
+SELECT (SELECT count(*) FROM task), wt.queue, coalesce(wt.claimed, false), coalesce(wt.token, 0),
+    coalesce(run.run_id::text, ''), coalesce(run.workflow_id, ''), coalesce(run.workflow_type, ''), coalesce(run.processed_event_id, 0),
+    coalesce(run.event_id, 0), coalesce(run.trace_context, ''), coalesce(run.parent_run_id::text, '')
+FROM (SELECT 1) one LEFT JOIN wt ON true LEFT JOIN run ON true`
+
 // ResolveActivity implements store.Store.
 func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) (store.Ready, error) {
 	var ready store.Ready
@@ -120,7 +155,11 @@ func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityPar
 	if f, ok := in.Event.(history.ActivityFailed); ok {
 		args["failed"], args["error"], args["class"], args["attempts"] = true, f.Failure.Message, f.Failure.Class, f.Failure.Attempts
 	}
-	err = s.queryRow(ctx, in.RunID, resolveActivitySQL, args, func(row pgx.Row) error {
+	sql := resolveActivitySQL
+	if _, ok := in.Event.(history.ActivityCompleted); ok {
+		sql = completeActivitySQL
+	}
+	err = s.queryRow(ctx, in.RunID, sql, args, func(row pgx.Row) error {
 		return row.Scan(&deleted, &queue, &claimed, &wt.Token, &wt.RunID, &wt.WorkflowID, &wt.WorkflowType, &wt.ProcessedEventID, &eventID, &wt.TraceContext, &wt.ParentRunID)
 	})
 	if err != nil {

@@ -151,6 +151,59 @@ SELECT (SELECT count(*) FROM run), (SELECT first_id FROM run),
     coalesce((SELECT queue FROM rel), (SELECT queue FROM next_task)),
     (SELECT min(fire_at) FROM tmr)`
 
+// commitStepSQL is commitWorkflowTaskSQL for the common step: events and
+// activities only (no timers, cancellations or close). Each CTE costs
+// Postgres planning and execution even when it has nothing to do.
+const commitStepSQL = `
+WITH lock AS (
+    SELECT run_id FROM durable_workflow_tasks
+    WHERE run_id = @run_id AND token = @token
+    FOR UPDATE
+), run AS (
+    UPDATE durable_runs r
+    SET next_event_id = r.next_event_id + cardinality(@types::text[]),
+        processed_event_id = @processed,
+        updated_at = @now
+    FROM lock
+    WHERE r.run_id = lock.run_id AND r.status = 'running'
+    RETURNING r.run_id, r.queue, r.next_event_id - cardinality(@types::text[]) AS first_id
+), ev AS (
+    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
+    SELECT run.run_id, run.first_id + e.ord - 1, e.type, e.attrs, @now
+    FROM run, unnest(@types::text[], @attrs::jsonb[]) WITH ORDINALITY AS e(type, attrs, ord)
+), acts AS (
+    -- An activity with claim_as set is claimed for that worker at once
+    -- (attempt 1), which runs it without a claim of its own.
+    INSERT INTO durable_activity_tasks (run_id, seq, activity, queue, input, idempotency_key, options, max_attempts,
+        lease_ms, run_after, created_at, attempt, locked_by, locked_until)
+    SELECT run.run_id, a.seq, a.activity, a.queue, a.input, a.key, a.options, a.max_attempts, a.lease_ms,
+        CASE WHEN a.claim_as = '' THEN a.run_after ELSE @now + a.lease_ms * interval '1 millisecond' END,
+        @now,
+        CASE WHEN a.claim_as = '' THEN 0 ELSE 1 END,
+        nullif(a.claim_as, ''),
+        CASE WHEN a.claim_as = '' THEN NULL ELSE @now + a.lease_ms * interval '1 millisecond' END
+    FROM run, unnest(@act_seq::bigint[], @act_name::text[], @act_queue::text[], @act_input::jsonb[], @act_key::text[],
+                     @act_options::jsonb[], @act_max::int[], @act_lease::bigint[], @act_after::timestamptz[], @act_claim::text[])
+         AS a(seq, activity, queue, input, key, options, max_attempts, lease_ms, run_after, claim_as)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, seq, queue, run_after, locked_by, locked_until
+), del AS (
+    DELETE FROM durable_workflow_tasks t USING run
+    WHERE t.run_id = run.run_id AND run.first_id = @processed + 1
+), rel AS (
+    UPDATE durable_workflow_tasks t
+    SET locked_by = NULL, locked_until = NULL, run_after = @now, attempts = 0, last_error = NULL,
+        token = nextval('durable_task_token')
+    FROM run
+    WHERE t.run_id = run.run_id AND run.first_id <> @processed + 1
+    RETURNING t.queue
+)
+SELECT (SELECT count(*) FROM run), (SELECT first_id FROM run),
+    (SELECT array_agg(DISTINCT queue) FROM acts WHERE run_after <= @now AND locked_by IS NULL),
+    (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until)) FROM acts WHERE locked_by IS NOT NULL),
+    (SELECT queue FROM rel),
+    NULL::timestamptz`
+
 // CommitWorkflowTask implements store.Store.
 func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowTaskParams) (store.Ready, error) {
 	var ready store.Ready
@@ -227,7 +280,11 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 			return s.WithTx(tx).familyEffects(ctx, in, &ready)
 		})
 	} else {
-		err = s.queryRow(ctx, in.RunID, commitWorkflowTaskSQL, args, scan)
+		sql := commitWorkflowTaskSQL
+		if in.Close == nil && len(in.Timers) == 0 && len(in.CanceledTimers) == 0 && len(in.CanceledActivities) == 0 && in.ContinueAs == nil {
+			sql = commitStepSQL
+		}
+		err = s.queryRow(ctx, in.RunID, sql, args, scan)
 	}
 	if err != nil {
 		return ready, fmt.Errorf("commit workflow task of run %s: %w", in.RunID, translate(err))
