@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/durable-go/durable/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == workerCommand {
+		// The driver re-executes os.Executable(), this test binary, as its
+		// worker processes.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := runWorker(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// TestShortRun runs every workload in short mode, worker processes
+// included, and checks that each prints one JSON line of sane figures.
+func TestShortRun(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Database(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 55*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{"-short", "-json-only", "-db", db}, &stdout, &stderr)
+	require.NoError(t, err, "stderr:\n%s", stderr.String())
+
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	require.Len(t, lines, len(allWorkloads), "one JSON line per workload, nothing else:\n%s", stdout.String())
+	got := map[string]map[string]any{}
+	for _, line := range lines {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m), "line %q", line)
+		name, _ := m["workload"].(string)
+		require.NotContains(t, got, name, "workload %q printed twice", name)
+		got[name] = m
+	}
+	for _, w := range allWorkloads {
+		require.Contains(t, got, w)
+	}
+
+	requireLoad(t, got["W1"], 50)
+	requireLatency(t, field[map[string]any](t, got["W2"], "in_process"))
+	requireLatency(t, field[map[string]any](t, got["W2"], "cross_process"))
+	requireLatency(t, field[map[string]any](t, got["W2"], "cross_process_listening"))
+	require.InDelta(t, 20.0, field[float64](t, got["W2"], "runs"), 0)
+
+	w3 := got["W3"]
+	require.InDelta(t, 20.0, field[float64](t, w3, "runs"), 0)
+	requireLatency(t, field[map[string]any](t, w3, "lateness"))
+
+	w4 := got["W4"]
+	require.InDelta(t, 1000.0, field[float64](t, w4, "events"), 0)
+	require.InDelta(t, 1000.0, field[float64](t, w4, "database_events"), 0, "the recorded run has as many events as the built one")
+	for _, k := range []string{"replay_memory_cold_ms", "replay_memory_ms", "replay_file_ms", "replay_database_ms", "file_bytes"} {
+		require.Positive(t, field[float64](t, w4, k), k)
+	}
+	require.InDelta(t, 499.0, field[float64](t, w4, "cached_steps"), 0)
+	requireLatency(t, field[map[string]any](t, w4, "cached_step"))
+
+	w5 := got["W5"]
+	require.InDelta(t, 200.0, field[float64](t, w5, "runs"), 0)
+	require.LessOrEqual(t, field[float64](t, w5, "goroutines_added"), 2.0, "a sleeping run holds no goroutine")
+	require.Positive(t, field[float64](t, w5, "db_bytes_per_run"))
+	require.Positive(t, field[float64](t, w5, "runs_put_to_sleep_per_s"))
+
+	points := field[[]any](t, got["W6"], "points")
+	require.Len(t, points, 2, "short mode runs 1 and 2 processes")
+	for i, p := range points {
+		m, ok := p.(map[string]any)
+		require.True(t, ok, "point %d is an object", i)
+		require.InDelta(t, float64(i+1), field[float64](t, m, "processes"), 0)
+		requireLoad(t, m, 50)
+		require.Positive(t, field[float64](t, m, "speedup"))
+	}
+}
+
+// requireLoad checks the figures of an open-loop run of n workflows.
+func requireLoad(t *testing.T, m map[string]any, n float64) {
+	t.Helper()
+	require.InDelta(t, n, field[float64](t, m, "workflows"), 0)
+	require.Positive(t, field[float64](t, m, "throughput_per_s"))
+	requireLatency(t, m)
+	// Each step commits at least once, and a workflow's three steps need
+	// far fewer than the 20 transactions each that would mean a leak.
+	perStep := field[float64](t, m, "commits_per_step")
+	require.GreaterOrEqual(t, perStep, 1.0, "commits per step")
+	require.Less(t, perStep, 20.0, "commits per step")
+	require.GreaterOrEqual(t, field[float64](t, m, "busy_cpu_ms_per_workflow"), 0.0)
+}
+
+func requireLatency(t *testing.T, m map[string]any) {
+	t.Helper()
+	p50, p99 := field[float64](t, m, "p50_ms"), field[float64](t, m, "p99_ms")
+	require.Positive(t, p50)
+	require.LessOrEqual(t, p50, p99, "p50 <= p99")
+}
+
+func field[T any](t *testing.T, m map[string]any, key string) T {
+	t.Helper()
+	v, ok := m[key].(T)
+	require.True(t, ok, "field %q is %#v, want a %T (in %v)", key, m[key], *new(T), m)
+	return v
+}
+
+func TestParseFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		check   func(*testing.T, config)
+		wantErr string
+	}{
+		{name: "defaults", check: func(t *testing.T, c config) {
+			require.Equal(t, allWorkloads, c.workloads)
+			require.Equal(t, 2000, c.workflows)
+			require.Equal(t, []int{1, 2, 4}, c.procs)
+			require.Equal(t, 2*time.Second, c.sleep)
+		}},
+		{name: "short", args: []string{"-short"}, check: func(t *testing.T, c config) {
+			require.Equal(t, 50, c.workflows)
+			require.Equal(t, 200*time.Millisecond, c.sleep)
+			require.Equal(t, []int{1, 2}, c.procs)
+			require.Equal(t, 200, c.idle)
+		}},
+		{name: "explicit flags win over short", args: []string{"-short", "-n", "70", "-procs", "3"}, check: func(t *testing.T, c config) {
+			require.Equal(t, 70, c.workflows)
+			require.Equal(t, []int{3}, c.procs)
+			require.Equal(t, 20, c.sequential)
+		}},
+		{name: "workloads", args: []string{"-workloads", "w2, W1,W2"}, check: func(t *testing.T, c config) {
+			require.Equal(t, []string{"W2", "W1"}, c.workloads)
+		}},
+		{name: "unknown workload", args: []string{"-workloads", "W7"}, wantErr: `unknown workload "W7"`},
+		{name: "bad procs", args: []string{"-procs", "1,x"}, wantErr: `-procs: "x"`},
+		{name: "odd events", args: []string{"-events", "1001"}, wantErr: "-events must be even"},
+		{name: "arguments", args: []string{"W1"}, wantErr: "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := parseFlags(tt.args, &bytes.Buffer{})
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			tt.check(t, c)
+		})
+	}
+}
+
+func TestTable(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	require.NoError(t, printTable(&b, []result{
+		w2Result{Workload: "W2", Runs: 200, InProcess: latency{P50: 5.9, P99: 18}, CrossProcess: latency{P50: 7.25, P99: 30.5}},
+	}))
+	require.Equal(t, `
+workload  measure                                                                 figure
+W2        200 x start + result of a one-activity workflow, in the worker process  p50 5.90 ms, p99 18.0 ms
+          the same from a process that does not run the engine                    p50 7.25 ms, p99 30.5 ms
+          the same while another Result waits in that process                     p50 0.000 ms, p99 0.000 ms
+`, b.String())
+}
+
+func TestQuantile(t *testing.T) {
+	t.Parallel()
+	ds := make([]time.Duration, 200)
+	for i := range ds {
+		ds[i] = time.Duration(i+1) * time.Millisecond
+	}
+	require.Equal(t, 100*time.Millisecond, quantile(ds, 0.5))
+	require.Equal(t, 198*time.Millisecond, quantile(ds, 0.99))
+	require.Equal(t, time.Duration(0), quantile(nil, 0.5))
+	require.Equal(t, time.Millisecond, quantile(ds[:1], 0.99))
+}

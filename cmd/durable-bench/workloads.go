@@ -1,0 +1,416 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/durable-go/durable/activity"
+	"github.com/durable-go/durable/engine"
+	"github.com/durable-go/durable/workflow"
+)
+
+// Noop is the no-op activity: x -> x+1.
+func Noop(_ context.Context, x int) (int, error) { return x + 1, nil }
+
+// ThreeNoops is W1's and W6's workflow: three Noops in a row.
+func ThreeNoops(ctx workflow.Context, x int) (int, error) {
+	for range 3 {
+		var err error
+		if x, err = workflow.ExecuteActivity(ctx, Noop, x).Get(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return x, nil
+}
+
+// OneNoop is W2's workflow.
+func OneNoop(ctx workflow.Context, x int) (int, error) {
+	return workflow.ExecuteActivity(ctx, Noop, x).Get(ctx)
+}
+
+// Sleeper is W3's workflow: it sleeps for d.
+func Sleeper(ctx workflow.Context, d time.Duration) (int, error) {
+	return 0, workflow.Sleep(ctx, d)
+}
+
+// SleepWeek is W5's workflow: it sleeps for a week.
+func SleepWeek(ctx workflow.Context, _ int) (int, error) {
+	return 0, workflow.Sleep(ctx, 7*24*time.Hour)
+}
+
+// register registers the workloads' workflows and activities on e: the
+// same set in the driver and in worker processes.
+func register(e *engine.Engine) error {
+	return errors.Join(
+		engine.RegisterActivity(e, Noop, activity.Options{}),
+		engine.RegisterWorkflow(e, ThreeNoops, engine.WorkflowOptions{}),
+		engine.RegisterWorkflow(e, OneNoop, engine.WorkflowOptions{}),
+		engine.RegisterWorkflow(e, Sleeper, engine.WorkflowOptions{}),
+		engine.RegisterWorkflow(e, SleepWeek, engine.WorkflowOptions{}),
+		engine.RegisterWorkflow(e, Loop, engine.WorkflowOptions{}),
+	)
+}
+
+// loopTimes is what openLoop measured.
+type loopTimes struct {
+	// lat is each run's time from its start call to its result.
+	lat []time.Duration
+	// started is from the first start call to the return of the last.
+	started time.Duration
+	// span is from the first start call to the last result.
+	span time.Duration
+	// busy is the machine's busy CPU time over the span.
+	busy time.Duration
+}
+
+// openLoop starts n runs of wf from starters goroutines as fast as they go
+// (in(i) is the i-th run's input); each start is followed by a goroutine
+// that waits for the run's result with Run.Result. The first error stops
+// it.
+func openLoop[In, Out any](ctx context.Context, e *engine.Engine, wf func(workflow.Context, In) (Out, error), in func(int) In, n, starters int) (loopTimes, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		mu          sync.Mutex
+		lat         = make([]time.Duration, 0, n)
+		lastStarted time.Time
+		lastResult  time.Time
+		wg          sync.WaitGroup
+	)
+	next := make(chan int)
+	busy0, first := busyCPU(), time.Now()
+	for range starters {
+		wg.Go(func() {
+			for i := range next {
+				t0 := time.Now()
+				r, err := engine.Start(ctx, e, wf, in(i), engine.StartOptions{})
+				if err != nil {
+					cancel(fmt.Errorf("start run %d: %w", i, err))
+					continue
+				}
+				t1 := time.Now()
+				mu.Lock()
+				lastStarted = later(lastStarted, t1)
+				mu.Unlock()
+				wg.Go(func() {
+					if _, err := r.Result(ctx); err != nil {
+						cancel(fmt.Errorf("result of run %s: %w", r.RunID, err))
+						return
+					}
+					t2 := time.Now()
+					mu.Lock()
+					lat = append(lat, t2.Sub(t0))
+					lastResult = later(lastResult, t2)
+					mu.Unlock()
+				})
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	busy := busyCPU() - busy0
+	if err := context.Cause(ctx); err != nil {
+		return loopTimes{}, err
+	}
+	return loopTimes{lat: lat, started: lastStarted.Sub(first), span: lastResult.Sub(first), busy: busy}, nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func identity(i int) int { return i }
+
+// sequential starts a OneNoop run and waits for its result, n times in a
+// row after one warm-up round trip (which pays for connections and
+// prepared statements), and returns the round trips' times.
+func sequential(ctx context.Context, e *engine.Engine, n int) ([]time.Duration, error) {
+	lat := make([]time.Duration, 0, n)
+	for i := range n + 1 {
+		t0 := time.Now()
+		r, err := engine.Start(ctx, e, OneNoop, i, engine.StartOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("start run %d: %w", i, err)
+		}
+		if _, err := r.Result(ctx); err != nil {
+			return nil, fmt.Errorf("result of run %s: %w", r.RunID, err)
+		}
+		if i > 0 {
+			lat = append(lat, time.Since(t0))
+		}
+	}
+	return lat, nil
+}
+
+// w1 is W1: the open-loop throughput of three-activity workflows, with the
+// starters in the engine's process.
+func (b *bench) w1(ctx context.Context) (result, error) {
+	c0, err := b.commits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := b.startEngine(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lt, err := openLoop(ctx, r.Engine, ThreeNoops, identity, b.cfg.workflows, b.cfg.starters)
+	if err := errors.Join(err, r.stop()); err != nil {
+		return nil, err
+	}
+	c1, err := b.commits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return w1Result{
+		Workload: "W1", Starters: b.cfg.starters,
+		loadFigures: newLoadFigures(b.cfg.workflows, lt, c1-c0),
+	}, nil
+}
+
+// w2 is W2: the latency of one start and result at a time, with the
+// starter in the engine's process, then in a process of its own.
+func (b *bench) w2(ctx context.Context) (result, error) {
+	r, err := b.startEngine(ctx)
+	if err != nil {
+		return nil, err
+	}
+	in, err := sequential(ctx, r.Engine, b.cfg.sequential)
+	if err := errors.Join(err, r.stop()); err != nil {
+		return nil, fmt.Errorf("in-process: %w", err)
+	}
+
+	w, err := b.startWorkers(ctx, 1, b.cfg.conns)
+	if err != nil {
+		return nil, err
+	}
+	e, closeClient, err := b.client(ctx)
+	var cross, listening []time.Duration
+	if err == nil {
+		cross, listening, err = b.crossProcess(ctx, e)
+		closeClient()
+	}
+	if err := errors.Join(err, w.stop()); err != nil {
+		return nil, fmt.Errorf("cross-process: %w", err)
+	}
+	return w2Result{
+		Workload: "W2", Runs: b.cfg.sequential,
+		InProcess: latencyOf(in), CrossProcess: latencyOf(cross), CrossProcessListening: latencyOf(listening),
+	}, nil
+}
+
+// crossProcess is W2's round trips from a client-only engine e, first
+// alone, then while another Result waits in the same process. An engine
+// that does not run listens for notifications only while a Result waits,
+// so alone each Result starts (and stops) the listener; a client serving
+// many callers would have one listening already.
+func (b *bench) crossProcess(ctx context.Context, e *engine.Engine) (alone, listening []time.Duration, err error) {
+	if alone, err = sequential(ctx, e, b.cfg.sequential); err != nil {
+		return nil, nil, err
+	}
+	r, err := engine.Start(ctx, e, SleepWeek, 0, engine.StartOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("start the run waited on: %w", err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := r.Result(wctx)
+		waiting <- err
+	}()
+	listening, err = sequential(ctx, e, b.cfg.sequential)
+	cancel()
+	if werr := <-waiting; !errors.Is(werr, context.Canceled) {
+		err = errors.Join(err, fmt.Errorf("wait on a sleeping run: %w", werr))
+	}
+	return alone, listening, err
+}
+
+// clientConns is the pool size of a driver engine that only starts and waits.
+const clientConns = 8
+
+// client returns a client-only engine, which starts workflows and waits for
+// results but never runs (worker processes do the work), and a function
+// that closes its pool.
+func (b *bench) client(ctx context.Context) (*engine.Engine, func(), error) {
+	pool, err := b.pool(ctx, clientConns)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := newEngine(pool, b.log)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return e, pool.Close, nil
+}
+
+// w3 is W3: how late runs that sleep wake up, as their starter sees it.
+func (b *bench) w3(ctx context.Context) (result, error) {
+	r, err := b.startEngine(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sleep := b.cfg.sleep
+	lt, err := openLoop(ctx, r.Engine, Sleeper, func(int) time.Duration { return sleep }, b.cfg.sleepers, b.cfg.starters)
+	if err := errors.Join(err, r.stop()); err != nil {
+		return nil, err
+	}
+	for i := range lt.lat {
+		lt.lat[i] -= sleep
+	}
+	return w3Result{
+		Workload: "W3", Runs: b.cfg.sleepers, SleepMS: ms(sleep),
+		StartSeconds: round(lt.started.Seconds(), 3), Lateness: latencyOf(lt.lat),
+	}, nil
+}
+
+// w6 is W6: W1 against 1, 2, 4... worker processes, started from the
+// driver's process, which does not run the engine.
+func (b *bench) w6(ctx context.Context) (result, error) {
+	res := w6Result{Workload: "W6", Starters: b.cfg.starters}
+	for _, procs := range b.cfg.procs {
+		c0, err := b.commits(ctx)
+		if err != nil {
+			return nil, err
+		}
+		// Keep the workers' connections within a default max_connections
+		// of 100, shared with whatever else runs on the server.
+		conns := max(4, min(b.cfg.conns, workerConnBudget/procs))
+		w, err := b.startWorkers(ctx, procs, conns)
+		if err != nil {
+			return nil, err
+		}
+		e, closeClient, err := b.client(ctx)
+		var lt loopTimes
+		if err == nil {
+			lt, err = openLoop(ctx, e, ThreeNoops, identity, b.cfg.workflows, b.cfg.starters)
+			closeClient()
+		}
+		if err := errors.Join(err, w.stop()); err != nil {
+			return nil, fmt.Errorf("%d processes: %w", procs, err)
+		}
+		c1, err := b.commits(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.Points = append(res.Points, w6Point{Processes: procs, loadFigures: newLoadFigures(b.cfg.workflows, lt, c1-c0)})
+		fmt.Fprintf(b.progress, "W6: %d process(es): %.0f workflows/s\n", procs, res.Points[len(res.Points)-1].Throughput)
+	}
+	base := res.Points[0].Throughput
+	for i := range res.Points {
+		res.Points[i].Speedup = round(res.Points[i].Throughput/base, 2)
+	}
+	return res, nil
+}
+
+// workerConnBudget is the most connections W6's workers hold together.
+const workerConnBudget = 48
+
+// w5 is W5: what runs asleep on a durable timer cost the worker (goroutines,
+// live heap) and the database.
+func (b *bench) w5(ctx context.Context) (result, error) {
+	r, err := b.startEngine(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := b.sleepingRuns(ctx, r)
+	return res, errors.Join(err, r.stop())
+}
+
+func (b *bench) sleepingRuns(ctx context.Context, r *running) (result, error) {
+	var timers0 int
+	if err := r.pool.QueryRow(ctx, "SELECT count(*) FROM durable_timers").Scan(&timers0); err != nil {
+		return nil, fmt.Errorf("count timers: %w", err)
+	}
+	// Warm up connections and code paths, then take the baseline.
+	const warm = 50
+	if err := b.putToSleep(ctx, r, warm, timers0+warm); err != nil {
+		return nil, err
+	}
+	db0, err := b.dbSize(ctx)
+	if err != nil {
+		return nil, err
+	}
+	g0, h0 := measureMemory()
+	n := b.cfg.idle
+	t0 := time.Now()
+	if err := b.putToSleep(ctx, r, n, timers0+warm+n); err != nil {
+		return nil, err
+	}
+	elapsed := time.Since(t0)
+	g1, h1 := measureMemory()
+	db1, err := b.dbSize(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return w5Result{
+		Workload: "W5", Runs: n, GoroutinesAdded: g1 - g0,
+		HeapBytesPerRun:  round((float64(h1)-float64(h0))/float64(n), 1),
+		DBBytesPerRun:    round(float64(db1-db0)/float64(n), 1),
+		SleepingRunsPerS: round(float64(n)/elapsed.Seconds(), 1),
+	}, nil
+}
+
+// putToSleep starts n runs of SleepWeek from the starters and waits until
+// the database holds wantTimers timers and no workflow task: every run is
+// asleep.
+func (b *bench) putToSleep(ctx context.Context, r *running, n, wantTimers int) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range b.cfg.starters {
+		wg.Go(func() {
+			for i := range next {
+				if _, err := engine.Start(ctx, r.Engine, SleepWeek, i, engine.StartOptions{}); err != nil {
+					cancel(fmt.Errorf("start run %d: %w", i, err))
+				}
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		var timers, tasks int
+		if err := r.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM durable_timers), (SELECT count(*) FROM durable_workflow_tasks)`).Scan(&timers, &tasks); err != nil {
+			return fmt.Errorf("count timers and tasks: %w", err)
+		}
+		if timers == wantTimers && tasks == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after 10 minutes, %d timers (want %d) and %d workflow tasks (want 0)", timers, wantTimers, tasks)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
