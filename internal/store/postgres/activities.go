@@ -54,22 +54,9 @@ func (s *Store) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([
 	return tasks, nil
 }
 
-// resolveActivitySQL deletes the task if the claim still holds, and appends
-// the outcome to its run (run row first, then the workflow task: the lock
-// order every writer follows).
-const resolveActivitySQL = `
-WITH task AS (
-    DELETE FROM durable_activity_tasks
-    WHERE id = @id AND attempt = @attempt
-    RETURNING run_id, activity, queue, input, idempotency_key, options, first_failed_at
-), dead AS (
-    -- A standalone job that fails for good is kept as a dead letter.
-    INSERT INTO durable_dead_letters (kind, type, queue, payload, idempotency_key, attempts, last_error,
-        error_class, options, first_failed_at, dead_lettered_at)
-    SELECT 'job', activity, queue, input, idempotency_key, @attempts, @error, @class, options,
-        coalesce(first_failed_at, @now), @now
-    FROM task
-    WHERE run_id IS NULL AND @failed
+// resolveTailSQL is what both outcome statements do after deleting the
+// task: append the event to the run, and make (or claim) its workflow task.
+const resolveTailSQL = `
 ), run AS (
     UPDATE durable_runs r
     SET next_event_id = r.next_event_id + 1, updated_at = @now
@@ -98,6 +85,24 @@ SELECT (SELECT count(*) FROM task), wt.queue, coalesce(wt.claimed, false), coale
     coalesce(run.event_id, 0), coalesce(run.trace_context, ''), coalesce(run.parent_run_id::text, '')
 FROM (SELECT 1) one LEFT JOIN wt ON true LEFT JOIN run ON true`
 
+// resolveActivitySQL deletes the task if the claim still holds, and appends
+// the outcome to its run (run row first, then the workflow task: the lock
+// order every writer follows).
+const resolveActivitySQL = `
+WITH task AS (
+    DELETE FROM durable_activity_tasks
+    WHERE id = @id AND attempt = @attempt
+    RETURNING run_id, activity, queue, input, idempotency_key, options, first_failed_at
+), dead AS (
+    -- A standalone job that fails for good is kept as a dead letter.
+    INSERT INTO durable_dead_letters (kind, type, queue, payload, idempotency_key, attempts, last_error,
+        error_class, options, first_failed_at, dead_lettered_at)
+    SELECT 'job', activity, queue, input, idempotency_key, @attempts, @error, @class, options,
+        coalesce(first_failed_at, @now), @now
+    FROM task
+    WHERE run_id IS NULL AND @failed
+` + resolveTailSQL
+
 // completeActivitySQL is resolveActivitySQL for a completion: no dead
 // letter can come of it, so that part is left out.
 const completeActivitySQL = `
@@ -105,33 +110,7 @@ WITH task AS (
     DELETE FROM durable_activity_tasks
     WHERE id = @id AND attempt = @attempt
     RETURNING run_id
-), run AS (
-    UPDATE durable_runs r
-    SET next_event_id = r.next_event_id + 1, updated_at = @now
-    FROM task
-    WHERE r.run_id = task.run_id AND r.status = 'running'
-    RETURNING r.run_id, r.queue, r.workflow_id, r.workflow_type, r.processed_event_id, r.next_event_id - 1 AS event_id,
-        r.trace_context, r.parent_run_id
-), ev AS (
-    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
-    SELECT run_id, event_id, @type, @attrs, @now FROM run
-), wt AS (
-    -- With claim_as the new workflow task is claimed for the completing
-    -- worker, which runs it without a claim of its own.
-    INSERT INTO durable_workflow_tasks (run_id, queue, run_after, locked_by, locked_until, token)
-    SELECT run_id, queue,
-        CASE WHEN @claim_as::text = '' THEN @now ELSE @until END,
-        nullif(@claim_as::text, ''),
-        CASE WHEN @claim_as::text = '' THEN NULL ELSE @until::timestamptz END,
-        CASE WHEN @claim_as::text = '' THEN 0 ELSE nextval('durable_task_token') END
-    FROM run
-    ON CONFLICT (run_id) DO NOTHING
-    RETURNING queue, locked_by IS NOT NULL AS claimed, token
-)
-SELECT (SELECT count(*) FROM task), wt.queue, coalesce(wt.claimed, false), coalesce(wt.token, 0),
-    coalesce(run.run_id::text, ''), coalesce(run.workflow_id, ''), coalesce(run.workflow_type, ''), coalesce(run.processed_event_id, 0),
-    coalesce(run.event_id, 0), coalesce(run.trace_context, ''), coalesce(run.parent_run_id::text, '')
-FROM (SELECT 1) one LEFT JOIN wt ON true LEFT JOIN run ON true`
+` + resolveTailSQL
 
 // ResolveActivity implements store.Store.
 func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) (store.Ready, error) {

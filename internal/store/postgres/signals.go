@@ -71,25 +71,11 @@ func (s *Store) noOpenRun(ctx context.Context, workflowID string) error {
 	return store.ErrRunClosed
 }
 
-const terminateRunSQL = `
-WITH run AS (
-    UPDATE durable_runs r
-    SET next_event_id = r.next_event_id + 1, updated_at = @now, status = 'terminated', closed_at = @now,
-        failure = jsonb_build_object('message', 'terminated: ' || @reason::text, 'class', 'terminated')
-    WHERE r.workflow_id = @workflow_id AND r.status = 'running'
-    RETURNING r.run_id, r.next_event_id - 1 AS event_id
-), ev AS (
-    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
-    SELECT run_id, event_id, 'workflow_terminated', jsonb_build_object('reason', @reason::text), @now FROM run
-), wt AS (
-    DELETE FROM durable_workflow_tasks t USING run WHERE t.run_id = run.run_id
-), act AS (
-    DELETE FROM durable_activity_tasks a USING run WHERE a.run_id = run.run_id
-), tmr AS (
-    DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id
-)
-SELECT coalesce((SELECT run_id::text FROM run), ''),
-    coalesce((SELECT parent_run_id::text FROM durable_runs p WHERE p.run_id = (SELECT run_id FROM run)), '')`
+// openRunSQL finds the open run of a workflow ID and locks it.
+const openRunSQL = `
+SELECT run_id::text, coalesce(parent_run_id::text, '') FROM durable_runs
+WHERE workflow_id = $1 AND status = 'running'
+FOR UPDATE`
 
 // TerminateRun implements store.Store.
 func (s *Store) TerminateRun(ctx context.Context, in store.TerminateParams) (store.Ready, error) {
@@ -97,8 +83,15 @@ func (s *Store) TerminateRun(ctx context.Context, in store.TerminateParams) (sto
 	var runID, parentRunID string
 	closed := &store.CloseRun{Status: store.StatusTerminated, Failure: &history.Failure{Message: "terminated: " + in.Reason, Class: "terminated"}}
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, terminateRunSQL, pgx.NamedArgs{"workflow_id": in.WorkflowID, "reason": in.Reason, "now": in.Now}).Scan(&runID, &parentRunID)
-		if err != nil || runID == "" {
+		err := tx.QueryRow(ctx, openRunSQL, in.WorkflowID).Scan(&runID, &parentRunID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var n int
+		if err := tx.QueryRow(ctx, terminateByRunSQL, pgx.NamedArgs{"run_id": runID, "reason": in.Reason, "now": in.Now}).Scan(&n); err != nil {
 			return err
 		}
 		ts := s.WithTx(tx)

@@ -52,18 +52,48 @@ func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([
 	return tasks, nil
 }
 
+// The parts the commit statements share: lock the task row by its token,
+// append the events after the run's last one, create the activity tasks.
+const (
+	commitLockCTE = `
+WITH lock AS (
+    SELECT run_id FROM durable_workflow_tasks
+    WHERE run_id = @run_id AND token = @token
+    FOR UPDATE
+)`
+	commitEventsCTE = `
+), ev AS (
+    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
+    SELECT run.run_id, run.first_id + e.ord - 1, e.type, e.attrs, @now
+    FROM run, unnest(@types::text[], @attrs::jsonb[]) WITH ORDINALITY AS e(type, attrs, ord)
+`
+	commitActivitiesCTE = `
+), acts AS (
+    -- An activity with claim_as set is claimed for that worker at once
+    -- (attempt 1), which runs it without a claim of its own.
+    INSERT INTO durable_activity_tasks (run_id, seq, activity, queue, input, idempotency_key, options, max_attempts,
+        lease_ms, run_after, created_at, attempt, locked_by, locked_until)
+    SELECT run.run_id, a.seq, a.activity, a.queue, a.input, a.key, a.options, a.max_attempts, a.lease_ms,
+        CASE WHEN a.claim_as = '' THEN a.run_after ELSE @now + a.lease_ms * interval '1 millisecond' END,
+        @now,
+        CASE WHEN a.claim_as = '' THEN 0 ELSE 1 END,
+        nullif(a.claim_as, ''),
+        CASE WHEN a.claim_as = '' THEN NULL ELSE @now + a.lease_ms * interval '1 millisecond' END
+    FROM run, unnest(@act_seq::bigint[], @act_name::text[], @act_queue::text[], @act_input::jsonb[], @act_key::text[],
+                     @act_options::jsonb[], @act_max::int[], @act_lease::bigint[], @act_after::timestamptz[], @act_claim::text[])
+         AS a(seq, activity, queue, input, key, options, max_attempts, lease_ms, run_after, claim_as)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, seq, queue, run_after, locked_by, locked_until
+`
+)
+
 // commitWorkflowTaskSQL does all of a workflow task's effects in one
 // statement. It locks the task row first (so a claim cannot slip in), then
 // the run row (the order activity completions also follow: run, then task),
 // appends the events after whatever the history holds now, creates activity
 // tasks and timers, and either deletes the task or, if events arrived while
 // it ran, makes it ready again.
-const commitWorkflowTaskSQL = `
-WITH lock AS (
-    SELECT run_id FROM durable_workflow_tasks
-    WHERE run_id = @run_id AND token = @token
-    FOR UPDATE
-), run AS (
+const commitWorkflowTaskSQL = commitLockCTE + `, run AS (
     UPDATE durable_runs r
     SET next_event_id = r.next_event_id + cardinality(@types::text[]),
         processed_event_id = @processed,
@@ -84,27 +114,7 @@ WITH lock AS (
     SELECT 'workflow', workflow_type, queue, input, run_id, workflow_id, 1, @fail_message, @fail_class, @now, @now
     FROM run
     WHERE @close_status::text = 'failed'
-), ev AS (
-    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
-    SELECT run.run_id, run.first_id + e.ord - 1, e.type, e.attrs, @now
-    FROM run, unnest(@types::text[], @attrs::jsonb[]) WITH ORDINALITY AS e(type, attrs, ord)
-), acts AS (
-    -- An activity with claim_as set is claimed for that worker at once
-    -- (attempt 1), which runs it without a claim of its own.
-    INSERT INTO durable_activity_tasks (run_id, seq, activity, queue, input, idempotency_key, options, max_attempts,
-        lease_ms, run_after, created_at, attempt, locked_by, locked_until)
-    SELECT run.run_id, a.seq, a.activity, a.queue, a.input, a.key, a.options, a.max_attempts, a.lease_ms,
-        CASE WHEN a.claim_as = '' THEN a.run_after ELSE @now + a.lease_ms * interval '1 millisecond' END,
-        @now,
-        CASE WHEN a.claim_as = '' THEN 0 ELSE 1 END,
-        nullif(a.claim_as, ''),
-        CASE WHEN a.claim_as = '' THEN NULL ELSE @now + a.lease_ms * interval '1 millisecond' END
-    FROM run, unnest(@act_seq::bigint[], @act_name::text[], @act_queue::text[], @act_input::jsonb[], @act_key::text[],
-                     @act_options::jsonb[], @act_max::int[], @act_lease::bigint[], @act_after::timestamptz[], @act_claim::text[])
-         AS a(seq, activity, queue, input, key, options, max_attempts, lease_ms, run_after, claim_as)
-    ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, seq, queue, run_after, locked_by, locked_until
-), tmr AS (
+` + commitEventsCTE + `` + commitActivitiesCTE + `), tmr AS (
     INSERT INTO durable_timers (run_id, seq, queue, fire_at)
     SELECT run.run_id, t.seq, run.queue, t.fire_at
     FROM run, unnest(@timer_seq::bigint[], @timer_at::timestamptz[]) AS t(seq, fire_at)
@@ -154,12 +164,7 @@ SELECT (SELECT count(*) FROM run), (SELECT first_id FROM run),
 // commitStepSQL is commitWorkflowTaskSQL for the common step: events and
 // activities only (no timers, cancellations or close). Each CTE costs
 // Postgres planning and execution even when it has nothing to do.
-const commitStepSQL = `
-WITH lock AS (
-    SELECT run_id FROM durable_workflow_tasks
-    WHERE run_id = @run_id AND token = @token
-    FOR UPDATE
-), run AS (
+const commitStepSQL = commitLockCTE + `, run AS (
     UPDATE durable_runs r
     SET next_event_id = r.next_event_id + cardinality(@types::text[]),
         processed_event_id = @processed,
@@ -167,27 +172,7 @@ WITH lock AS (
     FROM lock
     WHERE r.run_id = lock.run_id AND r.status = 'running'
     RETURNING r.run_id, r.queue, r.next_event_id - cardinality(@types::text[]) AS first_id
-), ev AS (
-    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
-    SELECT run.run_id, run.first_id + e.ord - 1, e.type, e.attrs, @now
-    FROM run, unnest(@types::text[], @attrs::jsonb[]) WITH ORDINALITY AS e(type, attrs, ord)
-), acts AS (
-    -- An activity with claim_as set is claimed for that worker at once
-    -- (attempt 1), which runs it without a claim of its own.
-    INSERT INTO durable_activity_tasks (run_id, seq, activity, queue, input, idempotency_key, options, max_attempts,
-        lease_ms, run_after, created_at, attempt, locked_by, locked_until)
-    SELECT run.run_id, a.seq, a.activity, a.queue, a.input, a.key, a.options, a.max_attempts, a.lease_ms,
-        CASE WHEN a.claim_as = '' THEN a.run_after ELSE @now + a.lease_ms * interval '1 millisecond' END,
-        @now,
-        CASE WHEN a.claim_as = '' THEN 0 ELSE 1 END,
-        nullif(a.claim_as, ''),
-        CASE WHEN a.claim_as = '' THEN NULL ELSE @now + a.lease_ms * interval '1 millisecond' END
-    FROM run, unnest(@act_seq::bigint[], @act_name::text[], @act_queue::text[], @act_input::jsonb[], @act_key::text[],
-                     @act_options::jsonb[], @act_max::int[], @act_lease::bigint[], @act_after::timestamptz[], @act_claim::text[])
-         AS a(seq, activity, queue, input, key, options, max_attempts, lease_ms, run_after, claim_as)
-    ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, seq, queue, run_after, locked_by, locked_until
-), del AS (
+` + commitEventsCTE + `` + commitActivitiesCTE + `), del AS (
     DELETE FROM durable_workflow_tasks t USING run
     WHERE t.run_id = run.run_id AND run.first_id = @processed + 1
 ), rel AS (
