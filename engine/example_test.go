@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable/activity"
@@ -87,53 +85,12 @@ func runEngine(eng *engine.Engine) (stop func()) {
 	}
 }
 
-// examplePool returns a pool on a new, empty database of the test server
-// (DATABASE_URL), and a function that closes the pool and drops the database.
-// A program connects to its own database instead:
-//
-//	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-func examplePool() (*pgxpool.Pool, func()) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, pgtest.URL())
-	if err != nil {
-		panic(err)
-	}
-	defer admin.Close(context.Background())
-	name := fmt.Sprintf("durable_example_%d_%d", os.Getpid(), time.Now().UnixNano())
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		panic(err)
-	}
-	cfg, err := pgxpool.ParseConfig(pgtest.URL())
-	if err != nil {
-		panic(err)
-	}
-	cfg.ConnConfig.Database = name
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		panic(err)
-	}
-	return pool, func() {
-		pool.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		admin, err := pgx.Connect(ctx, pgtest.URL())
-		if err != nil {
-			panic(err)
-		}
-		defer admin.Close(context.Background())
-		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			panic(err)
-		}
-	}
-}
-
 // This example registers a workflow of three activities, runs the engine,
 // starts the workflow and waits for its result.
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, cleanup := examplePool() // a program: pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	pool, cleanup := pgtest.ExamplePool() // a program: pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	defer cleanup()
 
 	// New migrates the schema; the zero Options work.
@@ -178,7 +135,7 @@ func Example() {
 func ExampleStart() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, cleanup := examplePool()
+	pool, cleanup := pgtest.ExamplePool()
 	defer cleanup()
 	eng := newOrderEngine(pool)
 
@@ -215,7 +172,7 @@ func ExampleStart() {
 func ExampleStartTx() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, cleanup := examplePool()
+	pool, cleanup := pgtest.ExamplePool()
 	defer cleanup()
 	eng := newOrderEngine(pool)
 	stop := runEngine(eng)
@@ -266,7 +223,7 @@ func ExampleStartTx() {
 func ExampleRun_History() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, cleanup := examplePool()
+	pool, cleanup := pgtest.ExamplePool()
 	defer cleanup()
 	eng := newOrderEngine(pool)
 	stop := runEngine(eng)

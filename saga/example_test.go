@@ -5,11 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/engine"
@@ -67,7 +63,7 @@ func Order(ctx workflow.Context, sku string) (string, error) {
 }
 
 func ExampleSaga_Fail() {
-	pool, drop := exampleDatabase()
+	pool, drop := pgtest.ExamplePool()
 	defer drop()
 	eng, err := engine.New(pool, engine.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -109,45 +105,4 @@ func ExampleSaga_Fail() {
 	// refund pay-1
 	// release res-1
 	// the order failed: activity Ship failed after 1 attempt(s) (permanent): no carrier serves the address; compensated
-}
-
-// exampleDatabase returns a pool on a new, empty database of the test server
-// (DATABASE_URL), and a function that closes the pool and drops the database.
-// A program connects to its own database instead:
-//
-//	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-func exampleDatabase() (*pgxpool.Pool, func()) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, pgtest.URL())
-	if err != nil {
-		panic(err)
-	}
-	defer admin.Close(context.Background())
-	name := fmt.Sprintf("durable_example_%d_%d", os.Getpid(), time.Now().UnixNano())
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		panic(err)
-	}
-	cfg, err := pgxpool.ParseConfig(pgtest.URL())
-	if err != nil {
-		panic(err)
-	}
-	cfg.ConnConfig.Database = name
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		panic(err)
-	}
-	return pool, func() {
-		pool.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		admin, err := pgx.Connect(ctx, pgtest.URL())
-		if err != nil {
-			panic(err)
-		}
-		defer admin.Close(context.Background())
-		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			panic(err)
-		}
-	}
 }

@@ -12,9 +12,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/engine"
 	"github.com/durable-go/durable/history"
@@ -247,7 +244,7 @@ func exampleEngine(register func(*engine.Engine) error) (eng *engine.Engine, sto
 }
 
 func exampleEngineWithLogger(logger *slog.Logger, register func(*engine.Engine) error) (*engine.Engine, func()) {
-	pool, drop := exampleDatabase()
+	pool, drop := pgtest.ExamplePool()
 	// A short backstop poll keeps ExampleWithActivityOptions quick: a retried
 	// activity is picked up at the next poll (default every 5s), not at once.
 	eng, err := engine.New(pool, engine.Options{Logger: logger, PollInterval: 100 * time.Millisecond})
@@ -266,47 +263,6 @@ func exampleEngineWithLogger(logger *slog.Logger, register func(*engine.Engine) 
 		err := <-done
 		drop()
 		if err != nil {
-			panic(err)
-		}
-	}
-}
-
-// exampleDatabase returns a pool on a new, empty database of the test server
-// (DATABASE_URL), and a function that closes the pool and drops the database.
-// A program connects to its own database instead:
-//
-//	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-func exampleDatabase() (*pgxpool.Pool, func()) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, pgtest.URL())
-	if err != nil {
-		panic(err)
-	}
-	defer admin.Close(context.Background())
-	name := fmt.Sprintf("durable_example_%d_%d", os.Getpid(), time.Now().UnixNano())
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		panic(err)
-	}
-	cfg, err := pgxpool.ParseConfig(pgtest.URL())
-	if err != nil {
-		panic(err)
-	}
-	cfg.ConnConfig.Database = name
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		panic(err)
-	}
-	return pool, func() {
-		pool.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		admin, err := pgx.Connect(ctx, pgtest.URL())
-		if err != nil {
-			panic(err)
-		}
-		defer admin.Close(context.Background())
-		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
 			panic(err)
 		}
 	}

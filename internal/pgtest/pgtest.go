@@ -183,3 +183,37 @@ func withDatabaseURL(url, name string) string {
 	}
 	return fmt.Sprintf("postgres://%s@%s:%d/%s%s", user, host, cfg.Port, name, q)
 }
+
+// ExamplePool returns a pool on a new, empty database of the test server,
+// and a function that closes the pool and drops the database. It is for
+// runnable Example functions, which have no testing.TB; it panics on error.
+func ExamplePool() (*pgxpool.Pool, func()) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, URL())
+	if err != nil {
+		panic(err)
+	}
+	defer admin.Close(context.Background())
+	name := fmt.Sprintf("durable_example_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9, counter.Add(1))
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		panic(err)
+	}
+	pool, err := pgxpool.New(ctx, withDatabaseURL(URL(), name))
+	if err != nil {
+		panic(err)
+	}
+	return pool, func() {
+		pool.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		admin, err := pgx.Connect(ctx, URL())
+		if err != nil {
+			panic(err)
+		}
+		defer admin.Close(context.Background())
+		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			panic(err)
+		}
+	}
+}
