@@ -350,9 +350,19 @@ func (h *hub) listenOnce(ctx context.Context, onListen func()) error {
 	if err != nil {
 		return err
 	}
-	// A listening connection must not go back to the pool.
-	pc := conn.Hijack()
-	defer pc.Close(context.Background())
+	pc := conn.Conn()
+	// The connection goes back to the pool when the listener stops (a
+	// client that waits for one Result at a time would otherwise dial a new
+	// connection for each), but only after UNLISTEN; one that cannot say
+	// it is closed instead.
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := pc.Exec(uctx, "UNLISTEN *"); err != nil {
+			pc.Close(uctx)
+		}
+		conn.Release()
+	}()
 	if _, err := pc.Exec(ctx, "LISTEN "+postgres.NotifyChannel); err != nil {
 		return err
 	}
