@@ -66,13 +66,6 @@ func (c *runCache) put(runID string, x wfexec.Executor) {
 	}
 }
 
-// len returns the number of cached runs.
-func (c *runCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.order.Len()
-}
-
 // clear closes every cached executor.
 func (c *runCache) clear() {
 	c.mu.Lock()

@@ -1,7 +1,6 @@
 package history
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -72,10 +71,4 @@ func (h History) Validate() error {
 		}
 	}
 	return nil
-}
-
-// Equal reports whether two histories encode to the same bytes.
-func Equal(a, b History) bool {
-	var ba, bb bytes.Buffer
-	return Export(&ba, a) == nil && Export(&bb, b) == nil && bytes.Equal(ba.Bytes(), bb.Bytes())
 }
