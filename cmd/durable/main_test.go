@@ -5,14 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -85,41 +83,8 @@ func requireCode(t *testing.T, code int, r result) {
 	require.Equal(t, code, r.code, "exit code; stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 }
 
-// emptyDatabase creates a database with no schema and returns its URL. It
-// is dropped in t.Cleanup, or kept if the test failed.
-func emptyDatabase(t *testing.T) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, pgtest.URL())
-	require.NoError(t, err)
-	defer admin.Close(context.Background())
-
-	name := fmt.Sprintf("durable_cmd_empty_%d_%d", os.Getpid(), time.Now().UnixNano())
-	_, err = admin.Exec(ctx, "CREATE DATABASE "+name)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("kept database of failed test: %s", name)
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c, err := pgx.Connect(ctx, pgtest.URL())
-		if err != nil {
-			t.Errorf("drop %s: %v", name, err)
-			return
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop %s: %v", name, err)
-		}
-	})
-	u, err := url.Parse(pgtest.URL())
-	require.NoError(t, err, "DATABASE_URL must be a URL for these tests")
-	u.Path = "/" + name
-	return u.String()
-}
+// emptyDatabase creates a database with no schema and returns its URL.
+func emptyDatabase(t *testing.T) string { return pgtest.EmptyDatabase(t) }
 
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()

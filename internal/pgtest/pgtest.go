@@ -68,54 +68,100 @@ func PoolURL(t testing.TB) (*pgxpool.Pool, string) {
 }
 
 // Database creates a fresh migrated database and returns its URL. It is
-// dropped in t.Cleanup when the test passes.
+// dropped in t.Cleanup when the test passes, and kept (its URL logged) when
+// it fails.
 func Database(t testing.TB) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	admin, err := pgx.Connect(ctx, URL())
-	if err != nil {
-		t.Fatalf("pgtest: no PostgreSQL at %s (set DATABASE_URL, or start it: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start): %v", URL(), err)
-	}
+	admin := connectAdmin(t, ctx)
 	defer admin.Close(context.Background())
-
 	tmpl := "durable_tmpl_" + postgres.SchemaHash()
 	templateOnce.Do(func() { templateErr = ensureTemplate(ctx, admin, tmpl) })
 	if templateErr != nil {
 		t.Fatalf("pgtest: build template %s: %v", tmpl, templateErr)
 	}
-	name := fmt.Sprintf("durable_test_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9, counter.Add(1))
+	return testDatabase(t, ctx, admin, tmpl)
+}
+
+// EmptyDatabase creates a database with no schema at all and returns its
+// URL, for tests of migrating. Cleanup as Database.
+func EmptyDatabase(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := connectAdmin(t, ctx)
+	defer admin.Close(context.Background())
+	return testDatabase(t, ctx, admin, "")
+}
+
+func connectAdmin(t testing.TB, ctx context.Context) *pgx.Conn {
+	t.Helper()
+	admin, err := pgx.Connect(ctx, URL())
+	if err != nil {
+		t.Fatalf("pgtest: no PostgreSQL at %s (set DATABASE_URL, or start it: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start): %v", URL(), err)
+	}
+	return admin
+}
+
+// testDatabase creates a database (from tmpl, or empty) that t.Cleanup drops
+// unless the test failed, and returns its URL.
+func testDatabase(t testing.TB, ctx context.Context, admin *pgx.Conn, tmpl string) string {
+	t.Helper()
+	name, err := createDatabase(ctx, admin, "durable_test", tmpl)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	url := withDatabaseURL(URL(), name)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pgtest: kept database of failed test: %s", url)
+			return
+		}
+		if err := dropDatabase(name); err != nil {
+			t.Logf("pgtest: %v", err)
+		}
+	})
+	return url
+}
+
+// createDatabase creates a database named prefix and a unique suffix, from
+// tmpl or empty, and returns its name.
+func createDatabase(ctx context.Context, admin *pgx.Conn, prefix, tmpl string) (string, error) {
+	name := fmt.Sprintf("%s_%d_%d_%d", prefix, os.Getpid(), time.Now().UnixNano()%1e9, counter.Add(1))
+	sql := "CREATE DATABASE " + name
+	if tmpl != "" {
+		sql += " TEMPLATE " + tmpl
+	}
 	// CREATE DATABASE ... TEMPLATE fails if someone else is connected to the
 	// template at that moment (another binary building it); retry briefly.
+	var err error
 	for i := 0; ; i++ {
-		_, err = admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+tmpl)
+		_, err = admin.Exec(ctx, sql)
 		if err == nil || i == 50 || !strings.Contains(err.Error(), "is being accessed by other users") {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
-		t.Fatalf("pgtest: create database %s: %v", name, err)
+		return "", fmt.Errorf("create database %s: %w", name, err)
 	}
-	url := withDatabase(t, URL(), name)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("pgtest: kept database of failed test: %s", url)
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c, err := pgx.Connect(ctx, URL())
-		if err != nil {
-			t.Logf("pgtest: drop %s: %v", name, err)
-			return
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Logf("pgtest: drop %s: %v", name, err)
-		}
-	})
-	return url
+	return name, nil
+}
+
+// dropDatabase drops a database, with its connections.
+func dropDatabase(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, URL())
+	if err != nil {
+		return fmt.Errorf("drop %s: %w", name, err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop %s: %w", name, err)
+	}
+	return nil
 }
 
 func ensureTemplate(ctx context.Context, admin *pgx.Conn, tmpl string) error {
@@ -155,11 +201,6 @@ func ensureTemplate(ctx context.Context, admin *pgx.Conn, tmpl string) error {
 	return err
 }
 
-func withDatabase(t testing.TB, url, name string) string {
-	t.Helper()
-	return withDatabaseURL(url, name)
-}
-
 // withDatabaseURL returns url pointing at database name.
 func withDatabaseURL(url, name string) string {
 	cfg, err := pgx.ParseConfig(url)
@@ -195,8 +236,8 @@ func ExamplePool() (*pgxpool.Pool, func()) {
 		panic(err)
 	}
 	defer admin.Close(context.Background())
-	name := fmt.Sprintf("durable_example_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9, counter.Add(1))
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+	name, err := createDatabase(ctx, admin, "durable_example", "")
+	if err != nil {
 		panic(err)
 	}
 	pool, err := pgxpool.New(ctx, withDatabaseURL(URL(), name))
@@ -205,14 +246,7 @@ func ExamplePool() (*pgxpool.Pool, func()) {
 	}
 	return pool, func() {
 		pool.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		admin, err := pgx.Connect(ctx, URL())
-		if err != nil {
-			panic(err)
-		}
-		defer admin.Close(context.Background())
-		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+		if err := dropDatabase(name); err != nil {
 			panic(err)
 		}
 	}

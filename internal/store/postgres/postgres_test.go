@@ -1,16 +1,11 @@
 package postgres_test
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -97,46 +92,11 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	}
 }
 
-// emptyDatabase creates a database with no schema at all, and returns a pool
-// on it. The database is dropped in t.Cleanup, or kept if the test failed.
+// emptyDatabase returns a pool on a database with no schema at all.
 func emptyDatabase(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, pgtest.URL())
-	require.NoError(t, err)
-	defer admin.Close(context.Background())
-
-	name := fmt.Sprintf("durable_empty_%d_%d", os.Getpid(), time.Now().UnixNano())
-	_, err = admin.Exec(ctx, "CREATE DATABASE "+name)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("kept database of failed test: %s", name)
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c, err := pgx.Connect(ctx, pgtest.URL())
-		if err != nil {
-			t.Errorf("drop %s: %v", name, err)
-			return
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop %s: %v", name, err)
-		}
-	})
-
-	cfg, err := pgxpool.ParseConfig(pgtest.URL())
-	require.NoError(t, err)
-	cfg.ConnConfig.Database = name
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := pgxpool.New(t.Context(), pgtest.EmptyDatabase(t))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-
-	v, err := postgres.CurrentVersion(ctx, pool)
-	require.NoError(t, err)
-	require.Zero(t, v, "a new database has no schema")
 	return pool
 }
