@@ -244,8 +244,7 @@ func TestGetVersionKeepsOldRunsOnTheOldBranch(t *testing.T) {
 		events, err := fresh.History(ctx)
 		return err == nil && countEvents(t, events, "timer_started") == 1
 	}, 10*time.Second, 5*time.Millisecond)
-	env.Clock.Advance(time.Hour)
-	require.NoError(t, env.Advance(ctx, 0))
+	require.NoError(t, env.Advance(ctx, time.Hour))
 
 	got, err := old.Result(ctx)
 	require.NoError(t, err)
