@@ -181,6 +181,8 @@ type Engine struct {
 	workflows  map[string]*workflowDef
 	activities map[string]*activityDef
 	names      map[uintptr]string // function pointer to registered name
+	// workflowTypes and activityTypes list the registered names, for claims.
+	workflowTypes, activityTypes []string
 
 	cache   *runCache
 	hub     *hub

@@ -68,6 +68,7 @@ func RegisterWorkflow[In, Out any](e *Engine, fn func(workflow.Context, In) (Out
 		return fmt.Errorf("register workflow: %q is already registered", name)
 	}
 	e.workflows[name] = def
+	e.workflowTypes = append(e.workflowTypes, name)
 	e.names[funcPC(fn)] = name
 	return nil
 }
@@ -107,6 +108,7 @@ func RegisterActivity[In, Out any](e *Engine, fn func(context.Context, In) (Out,
 		return fmt.Errorf("register activity: %q is already registered", name)
 	}
 	e.activities[name] = def
+	e.activityTypes = append(e.activityTypes, name)
 	e.names[funcPC(fn)] = name
 	return nil
 }
@@ -156,21 +158,16 @@ func (e *Engine) resolveWorkflow(fn any) (string, string) {
 	return name, queue
 }
 
-// registered returns the names of the registered workflows (or activities).
+// registered returns the names of the registered workflows (or
+// activities), for the claims. Registration appends to the lists; the
+// returned slice is never written again.
 func (e *Engine) registered(workflows bool) []string {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	var names []string
 	if workflows {
-		for n := range e.workflows {
-			names = append(names, n)
-		}
-	} else {
-		for n := range e.activities {
-			names = append(names, n)
-		}
+		return e.workflowTypes[:len(e.workflowTypes):len(e.workflowTypes)]
 	}
-	return names
+	return e.activityTypes[:len(e.activityTypes):len(e.activityTypes)]
 }
 
 func funcPC(fn any) uintptr { return reflect.ValueOf(fn).Pointer() }
