@@ -68,8 +68,8 @@ func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask) {
 	}
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := afterFunc(timeout, func() { cancel(&timeoutError{kind: "start-to-close", d: timeout, err: context.DeadlineExceeded}) })
-	defer stop()
+	deadline := time.AfterFunc(timeout, func() { cancel(&timeoutError{kind: "start-to-close", d: timeout, err: context.DeadlineExceeded}) })
+	defer deadline.Stop()
 	hb := &heartbeater{e: e, t: t, lease: leaseOf(opts), cancel: cancel, attrs: attrs}
 	if opts.HeartbeatTimeout > 0 {
 		hb.watch = newWatchdog(opts.HeartbeatTimeout, func() {
@@ -171,11 +171,6 @@ func newWatchdog(d time.Duration, fn func()) *watchdog {
 func (w *watchdog) reset() { w.t.Reset(w.d) }
 func (w *watchdog) stop()  { w.t.Stop() }
 
-// afterFunc runs fn after d unless the returned stop is called first.
-func afterFunc(d time.Duration, fn func()) (stop func()) {
-	t := time.AfterFunc(d, fn)
-	return func() { t.Stop() }
-}
 
 // callActivity runs the activity, turning a panic into an error.
 func callActivity(ctx context.Context, def *activityDef, input json.RawMessage) (out json.RawMessage, err error) {
