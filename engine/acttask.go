@@ -171,7 +171,6 @@ func newWatchdog(d time.Duration, fn func()) *watchdog {
 func (w *watchdog) reset() { w.t.Reset(w.d) }
 func (w *watchdog) stop()  { w.t.Stop() }
 
-
 // callActivity runs the activity, turning a panic into an error.
 func callActivity(ctx context.Context, def *activityDef, input json.RawMessage) (out json.RawMessage, err error) {
 	defer func() {
