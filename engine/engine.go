@@ -75,6 +75,9 @@ type Options struct {
 	// SkipMigrate leaves the schema alone in New: for people who apply
 	// migrations with their own tools (`durable migrate print`).
 	SkipMigrate bool
+
+	// wrapStorage, set by tests, wraps the engine's storage (fault injection).
+	wrapStorage func(storage) storage
 }
 
 // QueueOptions configure the workers of one queue.
@@ -173,7 +176,7 @@ func (o Options) validate() error {
 // safe for concurrent use.
 type Engine struct {
 	pool  *pgxpool.Pool
-	store *postgres.Store
+	store storage
 	opts  Options
 	log   *slog.Logger
 
@@ -205,7 +208,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
 	opts = opts.withDefaults()
 	e := &Engine{
 		pool:       pool,
-		store:      postgres.New(pool),
+		store:      pgStorage{postgres.New(pool)},
 		opts:       opts,
 		log:        opts.Logger,
 		workflows:  map[string]*workflowDef{},
@@ -221,6 +224,9 @@ func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
 				return nil, fmt.Errorf("engine: register metrics: %w", err)
 			}
 		}
+	}
+	if opts.wrapStorage != nil {
+		e.store = opts.wrapStorage(e.store)
 	}
 	e.hub = newHub(pool, e.log)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

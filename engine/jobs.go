@@ -13,7 +13,6 @@ import (
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
-	"github.com/durable-go/durable/internal/store/postgres"
 )
 
 // JobOptions configure one standalone job.
@@ -58,7 +57,7 @@ func EnqueueTx[In, Out any](ctx context.Context, e *Engine, tx pgx.Tx, fn func(c
 	return enqueue(ctx, e, e.store.WithTx(tx), true, fn, in, o)
 }
 
-func enqueue(ctx context.Context, e *Engine, s *postgres.Store, inTx bool, fn any, in any, o JobOptions) (Job, error) {
+func enqueue(ctx context.Context, e *Engine, s storage, inTx bool, fn any, in any, o JobOptions) (Job, error) {
 	if err := e.needDB(); err != nil {
 		return Job{}, err
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
-	"github.com/durable-go/durable/internal/store/postgres"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -41,7 +40,7 @@ func SignalTx[T any](ctx context.Context, e *Engine, tx pgx.Tx, workflowID, name
 	return sendSignal(ctx, e, e.store.WithTx(tx), true, workflowID, name, v)
 }
 
-func sendSignal(ctx context.Context, e *Engine, s *postgres.Store, inTx bool, workflowID, name string, v any) error {
+func sendSignal(ctx context.Context, e *Engine, s storage, inTx bool, workflowID, name string, v any) error {
 	if name == "" {
 		return fmt.Errorf("signal to workflow %q: empty signal name", workflowID)
 	}
@@ -59,7 +58,7 @@ func sendSignal(ctx context.Context, e *Engine, s *postgres.Store, inTx bool, wo
 }
 
 // sendToRun appends ev to the open run of workflowID.
-func (e *Engine) sendToRun(ctx context.Context, s *postgres.Store, inTx bool, workflowID string, ev history.Attributes) error {
+func (e *Engine) sendToRun(ctx context.Context, s storage, inTx bool, workflowID string, ev history.Attributes) error {
 	if err := checkName("workflow ID", workflowID, maxIDLen); err != nil {
 		return fmt.Errorf("%s: %w", ev.EventType(), err)
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
-	"github.com/durable-go/durable/internal/store/postgres"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -78,7 +77,7 @@ func StartTx[In, Out any](ctx context.Context, e *Engine, tx pgx.Tx, wf func(wor
 	return start[Out](ctx, e, e.store.WithTx(tx), true, wf, in, o)
 }
 
-func start[Out any](ctx context.Context, e *Engine, s *postgres.Store, inTx bool, wf any, in any, o StartOptions) (*Run[Out], error) {
+func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any, in any, o StartOptions) (*Run[Out], error) {
 	if err := e.needDB(); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,40 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/store/postgres"
+	"github.com/durable-go/durable/timer"
+)
+
+// storage is everything the engine asks of its database: the store seam,
+// plus timers, group commit and the reads behind Describe, stats and the
+// replay gate. The engine holds it as an interface so that wrappers (the
+// payload codec, and the fault injector of the tests) sit between the
+// engine and Postgres.
+type storage interface {
+	store.Store
+	timer.Store
+
+	// WithTx returns the same storage running its statements in tx.
+	WithTx(tx pgx.Tx) storage
+	// StartGroupCommit commits concurrent step writes together until stop.
+	StartGroupCommit(flushers, max int) (stop func())
+
+	ListRuns(ctx context.Context, in postgres.ListRunsParams) ([]postgres.RunSummary, error)
+	ListPendingActivities(ctx context.Context, runID string) ([]postgres.PendingActivity, error)
+	ListPendingTimers(ctx context.Context, runID string) ([]postgres.PendingTimer, error)
+	QueueStats(ctx context.Context, now time.Time) ([]postgres.QueueStats, error)
+	DeadLetterStats(ctx context.Context) ([]postgres.DeadLetterStats, error)
+}
+
+// pgStorage is the Postgres store as the engine's storage.
+type pgStorage struct{ *postgres.Store }
+
+func (s pgStorage) WithTx(tx pgx.Tx) storage { return pgStorage{s.Store.WithTx(tx)} }
+
+var _ storage = pgStorage{}
