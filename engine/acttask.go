@@ -147,6 +147,7 @@ func (h *heartbeater) beat(ctx context.Context, details []byte) error {
 		TaskID: h.t.ID, Attempt: h.t.Attempt, Details: details, LockedUntil: h.e.now().Add(h.lease),
 	})
 	if errors.Is(err, store.ErrLeaseLost) {
+		h.e.metrics.staleWrites.WithLabelValues("heartbeat").Inc()
 		h.cancel(store.ErrLeaseLost)
 		return fmt.Errorf("activity %s attempt %d: the task was claimed again; stop: %w", h.t.Activity, h.t.Attempt, err)
 	}
@@ -296,6 +297,7 @@ func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog
 // attempt runs again when its lease ends.
 func (e *Engine) logLostWrite(ctx context.Context, what string, attrs []slog.Attr, err error) {
 	if errors.Is(err, store.ErrLeaseLost) {
+		e.metrics.staleWrites.WithLabelValues("activity_outcome").Inc()
 		e.log.LogAttrs(ctx, slog.LevelWarn, what+": the claim is no longer ours (a late duplicate); ignored", attrs...)
 		return
 	}

@@ -29,6 +29,7 @@ type metrics struct {
 	nondeterminism prometheus.Counter
 	taskFailures   *prometheus.CounterVec
 	largeHistories *prometheus.CounterVec
+	staleWrites    *prometheus.CounterVec
 }
 
 // Outcome label values of durable_outcomes_total.
@@ -78,6 +79,9 @@ func newMetrics() *metrics {
 		largeHistories: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "durable_large_histories_total", Help: "Runs whose history passed Options.HistoryWarnEvents, per workflow type.",
 		}, []string{"workflow"}),
+		staleWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "durable_stale_writes_rejected_total", Help: "Writes refused because the claim they held was superseded (expired lease, newer attempt), per write: workflow_commit, workflow_fail, activity_outcome, heartbeat.",
+		}, []string{"write"}),
 		taskFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "durable_workflow_task_failures_total", Help: "Failed workflow tasks, per reason: panic, nondeterminism, unregistered, other.",
 		}, []string{"reason"}),
@@ -86,7 +90,7 @@ func newMetrics() *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.queueReady, m.queueAge, m.outcomes, m.duration, m.timerLag, m.taskLatency,
-		m.replayTime, m.cache, m.deadLetters, m.deadLetterAge, m.nondeterminism, m.taskFailures, m.largeHistories}
+		m.replayTime, m.cache, m.deadLetters, m.deadLetterAge, m.nondeterminism, m.taskFailures, m.largeHistories, m.staleWrites}
 }
 
 // pollGauges refreshes the gauges that need a query, every interval, with

@@ -131,6 +131,7 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 	if err != nil {
 		x.Close()
 		if errors.Is(err, store.ErrLeaseLost) {
+			e.metrics.staleWrites.WithLabelValues("workflow_commit").Inc()
 			e.log.LogAttrs(ctx, slog.LevelWarn, "workflow task lease lost; its commit was refused", attrs...)
 			return
 		}
@@ -215,7 +216,10 @@ func (e *Engine) failWorkflowTask(ctx context.Context, t store.WorkflowTask, att
 	}
 	now := e.now()
 	err := e.store.FailWorkflowTask(ctx, store.FailWorkflowTaskParams{RunID: t.RunID, Token: t.Token, Error: msg, RunAfter: now.Add(delay), Now: now})
-	if err != nil && !errors.Is(err, store.ErrLeaseLost) {
+	if errors.Is(err, store.ErrLeaseLost) {
+		e.metrics.staleWrites.WithLabelValues("workflow_fail").Inc()
+		e.log.LogAttrs(ctx, slog.LevelWarn, "workflow task lease lost; its failure was refused", attrs...)
+	} else if err != nil {
 		e.log.LogAttrs(ctx, slog.LevelWarn, "record workflow task failure; the task returns when its lease ends",
 			append(attrs, slog.String("error", err.Error()))...)
 	}
