@@ -191,8 +191,10 @@ type Engine struct {
 	hub     *hub
 	running atomic.Bool
 	pools   atomic.Pointer[pools] // set while Run runs
-	metrics *metrics
-	tracer  trace.Tracer
+	// handoffMu orders Start's hand-offs before Run drops its pools.
+	handoffMu sync.RWMutex
+	metrics   *metrics
+	tracer    trace.Tracer
 }
 
 // New returns an engine on pool and brings the database schema up to date

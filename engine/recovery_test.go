@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/activity"
@@ -189,5 +190,52 @@ func TestTwoEnginesNeverShareATask(t *testing.T) {
 	require.Len(t, flow.l.runs, 3*runs)
 	for key, n := range flow.l.runs {
 		require.Equal(t, 1, n, "activity %s ran %d times", key, n)
+	}
+}
+
+// Starts racing with Run's shutdown hand their first task to the stopping
+// engine or leave it ready, never claimed by an engine that will not run
+// it: a second engine finishes them all well before any lease runs out.
+func TestStartsDuringShutdownAreNotStranded(t *testing.T) {
+	t.Parallel()
+	pool, url := pgtest.PoolURL(t)
+	ctx := resultCtx(t)
+	const lease = time.Hour // a stranded task would wait this long
+	e1 := newEngine(t, pool, engine.Options{WorkflowTaskLease: lease})
+	registerPipeline(t, e1)
+	ctx1, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e1.Run(ctx1) }()
+
+	var handles []*engine.Run[string]
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				r, err := engine.Start(ctx, e1, Pipeline, i, engine.StartOptions{ID: fmt.Sprintf("shutdown-%d-%d", w, i)})
+				if !assert.NoError(t, err) {
+					return
+				}
+				mu.Lock()
+				handles = append(handles, r)
+				mu.Unlock()
+				if w == 0 && i == 20 {
+					stop() // shut down while the others keep starting
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, <-done)
+
+	e2 := newEngine(t, newPool(t, url), engine.Options{WorkflowTaskLease: lease})
+	registerPipeline(t, e2)
+	run(t, e2)
+	for _, r := range handles {
+		_, err := r.Result(ctx)
+		require.NoError(t, err, "run %s", r.WorkflowID)
 	}
 }

@@ -106,7 +106,7 @@ func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any
 		attribute.String("durable.workflow.type", name), attribute.String("durable.workflow.id", o.ID),
 		attribute.String("durable.run.id", runID)))
 	defer span.End()
-	r, err := s.CreateRun(ctx, store.CreateRunParams{
+	params := store.CreateRunParams{
 		RunID:        runID,
 		TraceContext: encodeTraceContext(ctx),
 		WorkflowID:   o.ID,
@@ -117,7 +117,27 @@ func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any
 		// Inside the caller's transaction only a NOTIFY sent at its commit
 		// is right; without a running hub nothing would send ours.
 		Notify: inTx || !e.hub.active(),
-	})
+	}
+	// A run started outside a transaction by a running engine that has a
+	// free workflow slot for it is claimed by its own insert and run here:
+	// no claim, no history read, no notification.
+	var p *workerPool[store.WorkflowTask]
+	if !inTx {
+		var done func()
+		p, done = e.reserveFirstTask(name, queue)
+		defer done()
+		if p != nil {
+			params.ClaimAs, params.Lease, params.Notify = e.opts.WorkerID, e.opts.WorkflowTaskLease, false
+		}
+	}
+	r, err := s.CreateRun(ctx, params)
+	if p != nil {
+		if err == nil && r.Token != 0 {
+			p.start(firstTask(params, r.Token))
+		} else {
+			p.release()
+		}
+	}
 	existing := errors.Is(err, store.ErrConflict)
 	if err != nil && !existing {
 		return nil, fmt.Errorf("start workflow %s %q: %w", name, o.ID, err)
@@ -125,7 +145,7 @@ func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any
 	if existing && o.RejectIfRunning {
 		return nil, fmt.Errorf("start workflow %s %q: %w (run %s)", name, o.ID, ErrAlreadyRunning, r.RunID)
 	}
-	if !existing && !inTx && e.hub.active() {
+	if !existing && !inTx && p == nil && e.hub.active() {
 		e.hub.publish("w:" + queue)
 	}
 	return &Run[Out]{WorkflowID: r.WorkflowID, RunID: r.RunID, Existing: existing, e: e}, nil
@@ -339,4 +359,30 @@ func (e *Engine) describe(ctx context.Context, runID string) (RunInfo, error) {
 		info.PendingTimers = append(info.PendingTimers, PendingTimer{FireAt: t.FireAt})
 	}
 	return info, nil
+}
+
+// reserveFirstTask reserves a workflow slot on queue for the first task of a
+// run of type name that this engine starts, if Run is serving queue, the type
+// is registered here and a slot is free; otherwise p is nil. Run does not
+// drop its pools until done is called.
+func (e *Engine) reserveFirstTask(name, queue string) (p *workerPool[store.WorkflowTask], done func()) {
+	e.handoffMu.RLock()
+	e.mu.RLock()
+	registered := e.workflows[name] != nil
+	e.mu.RUnlock()
+	if p = e.workflowPool(queue); p == nil || !registered || !p.tryAcquire() {
+		e.handoffMu.RUnlock()
+		return nil, func() {}
+	}
+	return p, e.handoffMu.RUnlock
+}
+
+// firstTask is the claimed first workflow task of a run just created, with
+// the WorkflowStarted event its insert wrote, so the worker reads nothing.
+func firstTask(in store.CreateRunParams, token int64) store.WorkflowTask {
+	return store.WorkflowTask{
+		RunID: in.RunID, WorkflowID: in.WorkflowID, WorkflowType: in.WorkflowType, Queue: in.Queue,
+		Token: token, TraceContext: in.TraceContext,
+		Events: []history.Event{{ID: 1, Time: in.Now, Attributes: in.Started()}},
+	}
 }

@@ -99,7 +99,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	e.log.LogAttrs(ctx, slog.LevelInfo, "engine running", slog.String("worker", e.opts.WorkerID), slog.Int("queues", len(e.opts.Queues)))
 	<-ctx.Done()
+	e.handoffMu.Lock() // wait for a Start that is handing off its first task
 	e.pools.Store(nil) // no more hand-offs
+	e.handoffMu.Unlock()
 
 	done := make(chan struct{})
 	go func() { wg.Wait(); tasks.Wait(); stopGroup(); close(done) }()

@@ -59,6 +59,9 @@ type Run struct {
 	TaskError string
 	// TaskAttempts is how many times the run's pending workflow task has failed.
 	TaskAttempts int
+	// Token is set by CreateRun when CreateRunParams.ClaimAs claimed the
+	// run's first workflow task: the claim's fencing token.
+	Token int64
 }
 
 // CreateRunParams are the inputs of CreateRun.
@@ -75,6 +78,21 @@ type CreateRunParams struct {
 	// commit). The engine sets it when the write happens in a caller's
 	// transaction, whose commit it cannot see.
 	Notify bool
+	// ClaimAs, if set, claims the run's first workflow task for that worker
+	// for Lease (a hand-off: the starting engine runs it without a claim).
+	ClaimAs string
+	Lease   time.Duration
+}
+
+// Started is the first event of the run CreateRun creates.
+func (in CreateRunParams) Started() history.WorkflowStarted {
+	return history.WorkflowStarted{
+		WorkflowType: in.WorkflowType,
+		WorkflowID:   in.WorkflowID,
+		Queue:        in.Queue,
+		Input:        in.Input,
+		Attempt:      1,
+	}
 }
 
 // Ready says what a write made ready, so the engine can wake the workers

@@ -22,27 +22,31 @@ WITH run AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
     SELECT run_id, 1, @event_type, @event, @now FROM run
 ), task AS (
-    INSERT INTO durable_workflow_tasks (run_id, queue, run_after)
-    SELECT run_id, queue, @now FROM run
+    -- With claim_as set the first task is claimed for the starting worker.
+    INSERT INTO durable_workflow_tasks (run_id, queue, run_after, locked_by, locked_until, token)
+    SELECT run_id, queue, CASE WHEN @claim_as = '' THEN @now ELSE @until END,
+        nullif(@claim_as, ''), CASE WHEN @claim_as = '' THEN NULL ELSE @until END,
+        CASE WHEN @claim_as = '' THEN 0 ELSE nextval('durable_task_token') END
+    FROM run
+    RETURNING token
 )
-SELECT count(*), count(CASE WHEN @notify THEN pg_notify('durable', 'w:' || queue) END) FROM run`
+SELECT count(*), count(CASE WHEN @notify THEN pg_notify('durable', 'w:' || queue) END),
+    coalesce((SELECT token FROM task), 0)
+FROM run`
 
 // CreateRun implements store.Store.
 func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
-	started := history.WorkflowStarted{
-		WorkflowType: in.WorkflowType,
-		WorkflowID:   in.WorkflowID,
-		Queue:        in.Queue,
-		Input:        in.Input,
-		Attempt:      1,
-	}
+	started := in.Started()
 	attrs, err := history.Encode(started)
 	if err != nil {
 		return store.Run{}, err
 	}
 	var n, notes int
+	var token int64
 	err = s.db.QueryRow(ctx, createRunSQL, pgx.NamedArgs{
 		"notify":        in.Notify,
+		"claim_as":      in.ClaimAs,
+		"until":         in.Now.Add(in.Lease),
 		"trace":         in.TraceContext,
 		"run_id":        in.RunID,
 		"workflow_id":   in.WorkflowID,
@@ -52,7 +56,7 @@ func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.
 		"now":           in.Now,
 		"event_type":    started.EventType(),
 		"event":         string(attrs),
-	}).Scan(&n, &notes)
+	}).Scan(&n, &notes, &token)
 	if err != nil {
 		return store.Run{}, fmt.Errorf("create run: %w", translate(err))
 	}
@@ -78,6 +82,7 @@ func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.
 		CreatedAt:    in.Now,
 		UpdatedAt:    in.Now,
 		LastEventID:  1,
+		Token:        token,
 	}, nil
 }
 

@@ -134,3 +134,32 @@ func testListEventsAfterID(t *testing.T, b *bundle) {
 	require.NoError(t, err, "an unknown run has no events")
 	require.Empty(t, other)
 }
+
+func testCreateRunClaimAsHandsOffFirstTask(t *testing.T, b *bundle) {
+	run, err := b.s.CreateRun(b.ctx, store.CreateRunParams{
+		RunID: uuid.NewString(), WorkflowID: "order-1", WorkflowType: "Order", Queue: wfQueue,
+		Input: json.RawMessage(`{"order":1}`), Now: b.now, ClaimAs: worker, Lease: wfLease,
+	})
+	require.NoError(t, err)
+	require.NotZero(t, run.Token, "the first task was claimed for the starter")
+	require.Equal(t, []string{"workflow_started"}, eventTypes(b.events(t, run.RunID)))
+	require.Empty(t, b.claimWorkflow(t, wfQueue, "worker-2", 10, b.now.Add(wfLease-time.Second)),
+		"nobody else claims a handed-off task while its lease holds")
+
+	// The claim fences like any other: once its lease is gone and the task is
+	// claimed again, the starter's token writes nothing.
+	later := b.now.Add(wfLease + time.Second)
+	again := b.claimOneWorkflow(t, wfQueue, later)
+	require.NotEqual(t, run.Token, again.Token)
+	ev, _ := activity(run, 1, 0)
+	commit := store.CommitWorkflowTaskParams{
+		RunID: run.RunID, Token: run.Token, ProcessedEventID: 1, Events: []history.Attributes{ev}, Now: later,
+	}
+	require.ErrorIs(t, b.commit(commit), store.ErrLeaseLost)
+	commit.Token = again.Token
+	require.NoError(t, b.commit(commit))
+	require.Equal(t, []string{"workflow_started", "activity_scheduled"}, eventTypes(b.events(t, run.RunID)))
+
+	plain := b.createRun(t, "order-2", wfQueue)
+	require.Zero(t, plain.Token, "without ClaimAs the first task is left ready")
+}

@@ -50,6 +50,7 @@ var cases = []struct {
 	{"GetRunNotFound", testGetRunNotFound},
 	{"GetRunByWorkflowIDReturnsNewest", testGetRunByWorkflowIDReturnsNewest},
 	{"ListEventsAfterID", testListEventsAfterID},
+	{"CreateRunClaimAsHandsOffFirstTask", testCreateRunClaimAsHandsOffFirstTask},
 
 	// workflowtasks.go
 	{"ClaimSkipsLockedTask", testClaimSkipsLockedTask},
