@@ -16,6 +16,8 @@
 //	durable migrate status          applied vs needed schema version
 //	durable migrate print [--after N]
 //	                                the migrations' SQL, for your own tools
+//	durable migrate roles [--owner R] [--worker R] [--readonly R]
+//	                                SQL creating least-privilege roles
 //	durable workflow list [--status S] [--type T] [--id ID] [--since 24h] [--limit N]
 //	                                runs, newest first
 //	durable workflow describe ID [--run RUN_ID] [--payloads]
@@ -56,8 +58,17 @@
 // # Payloads
 //
 // Workflow and activity inputs and results may hold personal data, so the
-// command never prints them unasked: describe and history show them only
-// with --payloads, and history --json writes them as null without it.
+// command never prints them unasked: the listings (workflow list, dlq list,
+// stats) never do; describe, history and dlq show do only with --payloads,
+// and history --json writes them as null without it.
+//
+// # Roles
+//
+// 'durable migrate roles' prints the SQL that creates three roles: an owner
+// that runs migrate, a worker for engines and for signal, cancel, terminate
+// and dlq redrive, and a read-only role for the other commands. A command
+// refused for want of a privilege says which role it needs. See
+// docs/security.md.
 //
 // # Exit codes
 //

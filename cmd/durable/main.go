@@ -94,15 +94,25 @@ func classify(err error) error {
 	if errors.As(err, &ee) {
 		return err
 	}
-	var ce *pgconn.ConnectError
+	var (
+		ce    *pgconn.ConnectError
+		pgErr *pgconn.PgError
+	)
 	switch {
 	case errors.As(err, &ce):
 		return &exitError{code: exitUnreachable, err: err}
+	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
+		return &exitError{code: exitFailure, err: fmt.Errorf("%w\n%s", err, privilegeHint)}
 	case errors.Is(err, store.ErrNotFound):
 		return &exitError{code: exitNotFound, err: err}
 	}
 	return &exitError{code: exitFailure, err: err}
 }
+
+// privilegeHint follows a permission error: which role each command needs.
+const privilegeHint = `the database user lacks a privilege this command needs: connect as the role made for it (see 'durable migrate roles --help'):
+the owner role for migrate; the worker role for workflow signal, cancel and terminate and dlq redrive;
+the read-only role suffices for workflow list, describe and history, stats and dlq list and show`
 
 // action adapts fn to cobra, classifying its errors for the exit code.
 func action(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {

@@ -55,7 +55,7 @@ the SQL from 'durable migrate print'.`,
 			return nil
 		}),
 	}
-	cmd.AddCommand(a.migrateStatusCommand(), a.migratePrintCommand())
+	cmd.AddCommand(a.migrateStatusCommand(), a.migratePrintCommand(), a.migrateRolesCommand())
 	return cmd
 }
 

@@ -193,8 +193,8 @@ worker has) and how often it failed; then the run's pending activities
 (attempts so far, last error, when the next attempt may start) and pending
 timers (when they fire).
 
-Inputs and results are payloads and may hold personal data: they are printed
-only with --payloads.`,
+Inputs, results and activity heartbeat details are payloads and may hold
+personal data: they are printed only with --payloads.`,
 		Example: `  durable workflow describe onboard:ada@example.com
   durable workflow describe onboard:ada@example.com --run 0b4f... --payloads --json`,
 		Args: exactArgs(1, "one workflow ID"),
@@ -230,7 +230,9 @@ only with --payloads.`,
 				out.Input, out.Result = r.Input, r.Result
 			} else {
 				for i := range out.PendingActivities {
+					// Heartbeat details are the activity's own payload.
 					out.PendingActivities[i].Input = nil
+					out.PendingActivities[i].Heartbeat = nil
 				}
 			}
 			if a.json {
