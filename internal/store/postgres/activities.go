@@ -35,7 +35,7 @@ RETURNING t.id, coalesce(t.run_id::text, ''),
 
 // ClaimActivityTasks implements store.Store.
 func (s *Store) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
-	rows, err := s.db.Query(ctx, claimActivityTasksSQL, pgx.NamedArgs{
+	rows, err := s.db.Query(ctx, claimActivityTasksSQL, namedArgs{
 		"queue": in.Queue, "now": in.Now, "limit": in.Limit, "worker": in.WorkerID,
 		"any_type": in.Types == nil, "types": typesArg(in.Types),
 	})
@@ -126,7 +126,7 @@ func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityPar
 		wt      store.WorkflowTask
 		eventID int64
 	)
-	args := pgx.NamedArgs{
+	args := namedArgs{
 		"id": in.TaskID, "attempt": in.Attempt, "now": in.Now, "type": in.Event.EventType(), "attrs": string(attrs),
 		"failed": false, "error": "", "class": "", "attempts": in.Attempt,
 		"claim_as": in.ClaimAs, "until": in.Now.Add(in.Lease),
@@ -168,7 +168,7 @@ WHERE id = @id AND attempt = @attempt`
 
 // RetryActivity implements store.Store.
 func (s *Store) RetryActivity(ctx context.Context, in store.RetryActivityParams) error {
-	tag, err := s.db.Exec(ctx, retryActivitySQL, pgx.NamedArgs{
+	tag, err := s.db.Exec(ctx, retryActivitySQL, namedArgs{
 		"id": in.TaskID, "attempt": in.Attempt, "run_after": in.RunAfter, "error": in.Error, "now": in.Now,
 		"rate_limited": in.RateLimited, "class": in.ErrorClass,
 	})
@@ -196,7 +196,7 @@ SELECT count(pg_notify('durable', 'a:' || queue)) FROM (SELECT DISTINCT queue FR
 // ReleaseActivityTasks implements store.Store.
 func (s *Store) ReleaseActivityTasks(ctx context.Context, in store.ReleaseParams) error {
 	var n int
-	if err := s.db.QueryRow(ctx, releaseActivityTasksSQL, pgx.NamedArgs{"worker": in.WorkerID, "now": in.Now}).Scan(&n); err != nil {
+	if err := s.db.QueryRow(ctx, releaseActivityTasksSQL, namedArgs{"worker": in.WorkerID, "now": in.Now}).Scan(&n); err != nil {
 		return fmt.Errorf("release activity tasks of worker %s: %w", in.WorkerID, err)
 	}
 	return nil
@@ -230,7 +230,7 @@ WHERE id = @id AND attempt = @attempt AND locked_by IS NOT NULL`
 
 // HeartbeatActivity implements store.Store.
 func (s *Store) HeartbeatActivity(ctx context.Context, in store.HeartbeatParams) error {
-	tag, err := s.db.Exec(ctx, heartbeatActivitySQL, pgx.NamedArgs{
+	tag, err := s.db.Exec(ctx, heartbeatActivitySQL, namedArgs{
 		"id": in.TaskID, "attempt": in.Attempt, "details": jsonArg(in.Details), "until": in.LockedUntil,
 	})
 	if err != nil {
@@ -256,7 +256,7 @@ FROM ins GROUP BY id`
 func (s *Store) EnqueueJob(ctx context.Context, in store.EnqueueJobParams) (int64, bool, error) {
 	t := in.Task
 	var id, notes int64
-	err := s.db.QueryRow(ctx, enqueueJobSQL, pgx.NamedArgs{
+	err := s.db.QueryRow(ctx, enqueueJobSQL, namedArgs{
 		"activity": t.Activity, "queue": t.Queue, "input": jsonArg(t.Input), "key": t.IdempotencyKey,
 		"options": jsonArg(t.Options), "max_attempts": t.MaxAttempts, "lease_ms": t.Lease.Milliseconds(),
 		"run_after": t.RunAfter, "now": in.Now, "notify": in.Notify,

@@ -58,7 +58,7 @@ func (s *Store) ListRuns(ctx context.Context, in ListRunsParams) ([]RunSummary, 
 	if in.Limit <= 0 {
 		in.Limit = 100
 	}
-	rows, err := s.db.Query(ctx, listRunsSQL, pgx.NamedArgs{
+	rows, err := s.db.Query(ctx, listRunsSQL, namedArgs{
 		"status":        nullString(in.Status),
 		"workflow_type": nullString(in.WorkflowType),
 		"workflow_id":   nullString(in.WorkflowID),
@@ -119,7 +119,7 @@ ORDER BY seq, id`
 // ListPendingActivities returns the run's unfinished activities in the order
 // they were scheduled. An unknown run has none.
 func (s *Store) ListPendingActivities(ctx context.Context, runID string) ([]PendingActivity, error) {
-	rows, err := s.db.Query(ctx, listPendingActivitiesSQL, pgx.NamedArgs{"run_id": runID})
+	rows, err := s.db.Query(ctx, listPendingActivitiesSQL, namedArgs{"run_id": runID})
 	if err != nil {
 		return nil, fmt.Errorf("list pending activities of run %s: %w", runID, err)
 	}
@@ -151,7 +151,7 @@ ORDER BY fire_at, seq`
 // ListPendingTimers returns the run's timers that have not fired, earliest
 // first. An unknown run has none.
 func (s *Store) ListPendingTimers(ctx context.Context, runID string) ([]PendingTimer, error) {
-	rows, err := s.db.Query(ctx, listPendingTimersSQL, pgx.NamedArgs{"run_id": runID})
+	rows, err := s.db.Query(ctx, listPendingTimersSQL, namedArgs{"run_id": runID})
 	if err != nil {
 		return nil, fmt.Errorf("list pending timers of run %s: %w", runID, err)
 	}
@@ -311,7 +311,7 @@ ORDER BY q.queue`
 // QueueStats returns, for every queue with tasks or timers, in name order,
 // its ready, running and waiting tasks and pending timers as of now.
 func (s *Store) QueueStats(ctx context.Context, now time.Time) ([]QueueStats, error) {
-	rows, err := s.db.Query(ctx, queueStatsSQL, pgx.NamedArgs{"now": now})
+	rows, err := s.db.Query(ctx, queueStatsSQL, namedArgs{"now": now})
 	if err != nil {
 		return nil, fmt.Errorf("queue stats: %w", err)
 	}
@@ -347,7 +347,7 @@ ORDER BY k.kind`
 // DeadLetterStats returns the pending dead letters of each kind, jobs
 // first; a kind with none has a row all the same.
 func (s *Store) DeadLetterStats(ctx context.Context) ([]DeadLetterStats, error) {
-	rows, err := s.db.Query(ctx, deadLetterStatsSQL, pgx.NamedArgs{"kinds": []string{store.DeadJob, store.DeadWorkflow}})
+	rows, err := s.db.Query(ctx, deadLetterStatsSQL, namedArgs{"kinds": []string{store.DeadJob, store.DeadWorkflow}})
 	if err != nil {
 		return nil, fmt.Errorf("dead letter stats: %w", err)
 	}
@@ -405,7 +405,7 @@ ORDER BY 1`
 // activities completed or failed for good at or after since, and how long
 // the completed ones took.
 func (s *Store) ActivityStats(ctx context.Context, since time.Time) ([]ActivityStats, error) {
-	rows, err := s.db.Query(ctx, activityStatsSQL, pgx.NamedArgs{"since": since})
+	rows, err := s.db.Query(ctx, activityStatsSQL, namedArgs{"since": since})
 	if err != nil {
 		return nil, fmt.Errorf("activity stats: %w", err)
 	}
@@ -442,7 +442,7 @@ ORDER BY id`
 // ListPendingDeadLetterIDs returns the IDs of every dead letter not redriven
 // yet, of kind and type if they are not empty, oldest first.
 func (s *Store) ListPendingDeadLetterIDs(ctx context.Context, kind, typ string) ([]int64, error) {
-	rows, err := s.db.Query(ctx, listPendingDeadLetterIDsSQL, pgx.NamedArgs{"kind": nullString(kind), "type": nullString(typ)})
+	rows, err := s.db.Query(ctx, listPendingDeadLetterIDsSQL, namedArgs{"kind": nullString(kind), "type": nullString(typ)})
 	if err != nil {
 		return nil, fmt.Errorf("list pending dead letters: %w", err)
 	}

@@ -91,7 +91,7 @@ func (s *Store) familyEffects(ctx context.Context, in store.CommitWorkflowTaskPa
 			return err
 		}
 		var n int
-		err = s.db.QueryRow(ctx, createChildSQL, pgx.NamedArgs{
+		err = s.db.QueryRow(ctx, createChildSQL, namedArgs{
 			"run_id": c.RunID, "workflow_id": c.WorkflowID, "workflow_type": c.WorkflowType, "queue": c.Queue,
 			"input": jsonArg(c.Input), "parent": in.RunID, "seq": c.Seq, "policy": c.ParentClosePolicy,
 			"started": string(started), "now": in.Now,
@@ -143,7 +143,7 @@ func (s *Store) reportToParent(ctx context.Context, childRunID, parentRunID stri
 
 // closeChildren applies the parent-close policy of each open child.
 func (s *Store) closeChildren(ctx context.Context, parentRunID string, now time.Time, ready *store.Ready) error {
-	rows, err := s.db.Query(ctx, openChildrenSQL, pgx.NamedArgs{"parent": parentRunID})
+	rows, err := s.db.Query(ctx, openChildrenSQL, namedArgs{"parent": parentRunID})
 	if err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func (s *Store) closeChildren(ctx context.Context, parentRunID string, now time.
 			}
 		default:
 			var n int
-			if err := s.db.QueryRow(ctx, terminateByRunSQL, pgx.NamedArgs{"run_id": c.runID, "reason": "parent closed", "now": now}).Scan(&n); err != nil {
+			if err := s.db.QueryRow(ctx, terminateByRunSQL, namedArgs{"run_id": c.runID, "reason": "parent closed", "now": now}).Scan(&n); err != nil {
 				return err
 			}
 		}
@@ -184,7 +184,7 @@ func (s *Store) appendEvent(ctx context.Context, runID string, ev history.Attrib
 		return err
 	}
 	var runQueue, taskQueue *string
-	err = s.db.QueryRow(ctx, appendEventSQL, pgx.NamedArgs{
+	err = s.db.QueryRow(ctx, appendEventSQL, namedArgs{
 		"run_id": runID, "type": ev.EventType(), "attrs": string(attrs), "now": now,
 	}).Scan(&runQueue, &taskQueue)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {

@@ -37,7 +37,7 @@ func (s *Store) ListDeadLetters(ctx context.Context, f store.DeadLetterFilter) (
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	rows, err := s.db.Query(ctx, listDeadLettersSQL, pgx.NamedArgs{"kind": f.Kind, "type": f.Type, "pending": f.Pending, "limit": f.Limit})
+	rows, err := s.db.Query(ctx, listDeadLettersSQL, namedArgs{"kind": f.Kind, "type": f.Type, "pending": f.Pending, "limit": f.Limit})
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}
@@ -164,7 +164,7 @@ scan:
 		}
 	}
 	var n int
-	err = tx.QueryRow(ctx, reopenRunSQL, pgx.NamedArgs{"new_run": in.NewRunID, "old_run": d.RunID, "cut": cut, "now": in.Now}).Scan(&n)
+	err = tx.QueryRow(ctx, reopenRunSQL, namedArgs{"new_run": in.NewRunID, "old_run": d.RunID, "cut": cut, "now": in.Now}).Scan(&n)
 	if err != nil {
 		return translate(err)
 	}
@@ -191,7 +191,7 @@ scan:
 }
 
 func insertActivityTask(ctx context.Context, tx pgx.Tx, runID string, t store.NewActivityTask, now time.Time) error {
-	_, err := tx.Exec(ctx, insertActivityTaskSQL, pgx.NamedArgs{
+	_, err := tx.Exec(ctx, insertActivityTaskSQL, namedArgs{
 		"run_id": nilIfEmpty(runID), "seq": t.Seq, "activity": t.Activity, "queue": t.Queue, "input": jsonArg(t.Input),
 		"key": t.IdempotencyKey, "options": jsonArg(t.Options), "max_attempts": t.MaxAttempts,
 		"lease_ms": t.Lease.Milliseconds(), "run_after": t.RunAfter, "now": now,

@@ -34,7 +34,7 @@ type groupReq struct {
 	ctx  context.Context
 	key  string // run ID: groups take their rows' locks in key order
 	sql  string
-	args pgx.NamedArgs
+	args namedArgs
 	scan func(pgx.Row) error
 	done chan error
 }
@@ -62,7 +62,7 @@ func (s *Store) StartGroupCommit(flushers, max int) (stop func()) {
 
 // queryRow runs a one-row write, grouped with others when group commit is on
 // and the store is not bound to a caller's transaction.
-func (s *Store) queryRow(ctx context.Context, key, sql string, args pgx.NamedArgs, scan func(pgx.Row) error) error {
+func (s *Store) queryRow(ctx context.Context, key, sql string, args namedArgs, scan func(pgx.Row) error) error {
 	if g := s.group.Load(); g != nil && s.db == dbtx(s.pool) {
 		r := &groupReq{ctx: ctx, key: key, sql: sql, args: args, scan: scan, done: make(chan error, 1)}
 		if g.submit(r) {

@@ -43,7 +43,7 @@ func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.
 	}
 	var n, notes int
 	var token int64
-	err = s.db.QueryRow(ctx, createRunSQL, pgx.NamedArgs{
+	err = s.db.QueryRow(ctx, createRunSQL, namedArgs{
 		"notify":        in.Notify,
 		"claim_as":      in.ClaimAs,
 		"until":         in.Now.Add(in.Lease),

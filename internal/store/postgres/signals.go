@@ -43,7 +43,7 @@ func (s *Store) SignalRun(ctx context.Context, in store.SignalParams, event hist
 		n, notes int
 		queue    *string
 	)
-	err = s.db.QueryRow(ctx, signalRunSQL, pgx.NamedArgs{
+	err = s.db.QueryRow(ctx, signalRunSQL, namedArgs{
 		"workflow_id": in.WorkflowID, "now": in.Now, "type": event.EventType(), "attrs": string(attrs), "notify": in.Notify,
 	}).Scan(&n, &queue, &notes)
 	if err != nil {
@@ -91,7 +91,7 @@ func (s *Store) TerminateRun(ctx context.Context, in store.TerminateParams) (sto
 			return err
 		}
 		var n int
-		if err := tx.QueryRow(ctx, terminateByRunSQL, pgx.NamedArgs{"run_id": runID, "reason": in.Reason, "now": in.Now}).Scan(&n); err != nil {
+		if err := tx.QueryRow(ctx, terminateByRunSQL, namedArgs{"run_id": runID, "reason": in.Reason, "now": in.Now}).Scan(&n); err != nil {
 			return err
 		}
 		ts := s.WithTx(tx)

@@ -29,7 +29,7 @@ RETURNING t.run_id::text, r.workflow_id, r.workflow_type, t.queue, t.token, r.pr
 
 // ClaimWorkflowTasks implements store.Store.
 func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
-	rows, err := s.db.Query(ctx, claimWorkflowTasksSQL, pgx.NamedArgs{
+	rows, err := s.db.Query(ctx, claimWorkflowTasksSQL, namedArgs{
 		"queue":    in.Queue,
 		"now":      in.Now,
 		"limit":    in.Limit,
@@ -196,7 +196,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 	if err != nil {
 		return ready, fmt.Errorf("commit workflow task of run %s: %w", in.RunID, err)
 	}
-	args := pgx.NamedArgs{
+	args := namedArgs{
 		"run_id":    in.RunID,
 		"token":     in.Token,
 		"processed": in.ProcessedEventID,
@@ -310,7 +310,7 @@ WHERE run_id = @run_id AND token = @token`
 
 // FailWorkflowTask implements store.Store.
 func (s *Store) FailWorkflowTask(ctx context.Context, in store.FailWorkflowTaskParams) error {
-	tag, err := s.db.Exec(ctx, failWorkflowTaskSQL, pgx.NamedArgs{
+	tag, err := s.db.Exec(ctx, failWorkflowTaskSQL, namedArgs{
 		"run_id": in.RunID, "token": in.Token, "run_after": in.RunAfter, "error": in.Error,
 	})
 	if err != nil {
@@ -334,7 +334,7 @@ SELECT count(pg_notify('durable', 'w:' || queue)) FROM (SELECT DISTINCT queue FR
 // ReleaseWorkflowTasks implements store.Store.
 func (s *Store) ReleaseWorkflowTasks(ctx context.Context, in store.ReleaseParams) error {
 	var n int
-	if err := s.db.QueryRow(ctx, releaseWorkflowTasksSQL, pgx.NamedArgs{"worker": in.WorkerID, "now": in.Now}).Scan(&n); err != nil {
+	if err := s.db.QueryRow(ctx, releaseWorkflowTasksSQL, namedArgs{"worker": in.WorkerID, "now": in.Now}).Scan(&n); err != nil {
 		return fmt.Errorf("release workflow tasks of worker %s: %w", in.WorkerID, err)
 	}
 	return nil

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/durable-go/durable/timer"
 )
 
@@ -65,7 +63,7 @@ func (s *Store) FireTimers(ctx context.Context, now time.Time, limit int) (timer
 			Trace string  `json:"trace"`
 		}
 	)
-	err := s.db.QueryRow(ctx, fireTimersSQL, pgx.NamedArgs{"now": now, "limit": limit}).Scan(&f.Count, &f.Queues, &fired)
+	err := s.db.QueryRow(ctx, fireTimersSQL, namedArgs{"now": now, "limit": limit}).Scan(&f.Count, &f.Queues, &fired)
 	if err != nil {
 		return f, fmt.Errorf("fire timers: %w", err)
 	}
