@@ -34,12 +34,10 @@ func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask) {
 	if t.RunID != "" {
 		attrs = append(attrs, slog.String("run_id", t.RunID))
 	}
-	var opts activity.Options
-	if len(t.Options) > 0 {
-		if err := json.Unmarshal(t.Options, &opts); err != nil {
-			e.finishActivity(ctx, t, attrs, activity.Permanent(fmt.Errorf("decode options of activity %s: %w", t.Activity, err)), opts)
-			return
-		}
+	opts, err := decodeActivityOptions(t.Options)
+	if err != nil {
+		e.finishActivity(ctx, t, attrs, activity.Permanent(fmt.Errorf("decode options of activity %s: %w", t.Activity, err)), opts)
+		return
 	}
 	opts = opts.WithDefaults()
 	e.mu.RLock()

@@ -162,7 +162,7 @@ func TestOneTraceAcrossAWeekOfSleep(t *testing.T) {
 	var spans tracetest.SpanStubs
 	require.Eventually(t, func() bool {
 		spans = exp.GetSpans()
-		return len(spans) >= 7
+		return len(spans) >= 8 // start, 4 workflow tasks, 2 activities, 1 timer fire
 	}, 10*time.Second, 5*time.Millisecond)
 	byName := map[string][]tracetest.SpanStub{}
 	for _, s := range spans {

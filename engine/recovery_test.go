@@ -204,6 +204,7 @@ func TestStartsDuringShutdownAreNotStranded(t *testing.T) {
 	e1 := newEngine(t, pool, engine.Options{WorkflowTaskLease: lease})
 	registerPipeline(t, e1)
 	ctx1, stop := context.WithCancel(ctx)
+	defer stop()
 	done := make(chan error, 1)
 	go func() { done <- e1.Run(ctx1) }()
 

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -228,11 +227,9 @@ func (e *Engine) failWorkflowTask(ctx context.Context, t store.WorkflowTask, att
 // newActivityTask builds the task of a scheduled activity (runID empty for
 // a standalone job, whose caller sets the idempotency key).
 func (e *Engine) newActivityTask(runID string, a history.ActivityScheduled, now time.Time) (store.NewActivityTask, error) {
-	var o activity.Options
-	if len(a.Options) > 0 {
-		if err := json.Unmarshal(a.Options, &o); err != nil {
-			return store.NewActivityTask{}, fmt.Errorf("decode options of activity %s: %w", a.Activity, err)
-		}
+	o, err := decodeActivityOptions(a.Options)
+	if err != nil {
+		return store.NewActivityTask{}, fmt.Errorf("decode options of activity %s: %w", a.Activity, err)
 	}
 	if err := o.Validate(); err != nil {
 		return store.NewActivityTask{}, fmt.Errorf("activity %s: %w", a.Activity, err)
