@@ -55,6 +55,7 @@ var cases = []struct {
 	// workflowtasks.go
 	{"ClaimSkipsLockedTask", testClaimSkipsLockedTask},
 	{"ClaimRespectsLimitAndQueue", testClaimRespectsLimitAndQueue},
+	{"ClaimCarriesTheNewEvents", testClaimCarriesTheNewEvents},
 	{"ExpiredLeaseIsClaimedAgainWithNewToken", testExpiredLeaseIsClaimedAgainWithNewToken},
 	{"CommitRejectsStaleToken", testCommitRejectsStaleToken},
 	{"CommitAppendsEventsCreatesActivitiesAndDeletesTask", testCommitAppendsEventsCreatesActivitiesAndDeletesTask},
