@@ -84,7 +84,7 @@ func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask) {
 		WorkflowID: t.WorkflowID, RunID: t.RunID, HeartbeatDetails: t.Heartbeat,
 		Deadline: time.Now().Add(timeout),
 	}
-	actx2 := activity.WithHeartbeatFunc(activity.NewContext(actx, info), hb.beat)
+	actx2 := activity.WithHeartbeatFunc(activity.NewContext(withCodecContext(actx, e.opts.Codec), info), hb.beat)
 	out, err := callActivity(actx2, def, t.Input)
 	e.metrics.duration.WithLabelValues("activity", t.Activity).Observe(time.Since(began).Seconds())
 	if err != nil {

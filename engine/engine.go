@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/internal/store/postgres"
 )
 
@@ -75,6 +76,14 @@ type Options struct {
 	// SkipMigrate leaves the schema alone in New: for people who apply
 	// migrations with their own tools (`durable migrate print`).
 	SkipMigrate bool
+	// Codec encodes every payload (inputs, results, signals, side-effect
+	// values, heartbeat details) before it is stored and decodes it after it
+	// is read, for example codec.AESGCM to encrypt payloads at rest. Every
+	// engine on the database needs a codec that decodes what the others
+	// wrote. Payloads stored before the codec was set are still read.
+	// Default: none; payloads are stored as plain JSON, and a payload that a
+	// codec encoded is an error naming the run and the payload.
+	Codec codec.PayloadCodec
 
 	// wrapStorage, set by tests, wraps the engine's storage (fault injection).
 	wrapStorage func(storage) storage
@@ -230,6 +239,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
 	if opts.wrapStorage != nil {
 		e.store = opts.wrapStorage(e.store)
 	}
+	e.store = withCodec(e.store, opts.Codec, e.log)
 	e.hub = newHub(pool, e.log)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/durable-go/durable/activity"
+	"github.com/durable-go/durable/codec"
 )
 
 // TxBeginner begins transactions: a *pgxpool.Pool, a *pgx.Conn, or a pgx.Tx
@@ -33,7 +34,8 @@ const (
 // fn does not run: ExactlyOnce returns the recorded result.
 //
 // The durable_effects table must be reachable through db: the engine's
-// database, or a database where `durable migrate` has run.
+// database, or a database where `durable migrate` has run. The recorded
+// result is encoded with the engine's Options.Codec, as every payload is.
 //
 //	func MarkShipped(ctx context.Context, orderID int64) (int64, error) {
 //		return engine.ExactlyOnce(ctx, pool, func(ctx context.Context, tx pgx.Tx) (int64, error) {
@@ -60,7 +62,11 @@ func ExactlyOnce[T any](ctx context.Context, db TxBeginner, fn func(ctx context.
 				return err
 			}
 			if len(raw) > 0 {
-				return json.Unmarshal(raw, &out)
+				p, err := codec.Unwrap(codecFromContext(ctx), raw)
+				if err != nil {
+					return fmt.Errorf("recorded result: %w", err)
+				}
+				return json.Unmarshal(p, &out)
 			}
 			return nil
 		}
@@ -71,6 +77,9 @@ func ExactlyOnce[T any](ctx context.Context, db TxBeginner, fn func(ctx context.
 		b, err := json.Marshal(v)
 		if err != nil {
 			return activity.Permanent(fmt.Errorf("encode result: %w", err))
+		}
+		if b, err = codec.Wrap(codecFromContext(ctx), b); err != nil {
+			return err
 		}
 		if _, err := tx.Exec(ctx, recordEffectSQL, key, string(b)); err != nil {
 			return err

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -125,10 +126,14 @@ It only reads. --json prints ages and durations in seconds.`,
 	return cmd
 }
 
+// maxDays is the most days a time.Duration holds (about 292 years): a
+// number of days in a flag beyond it would overflow.
+const maxDays = int(math.MaxInt64 / (24 * time.Hour))
+
 // parseWindow parses --window: a positive duration, or a number of days.
 func parseWindow(s string) (time.Duration, error) {
 	if days, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.Atoi(days); err == nil && n > 0 {
+		if n, err := strconv.Atoi(days); err == nil && n > 0 && n <= maxDays {
 			return time.Duration(n) * 24 * time.Hour, nil
 		}
 	}

@@ -119,7 +119,7 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 		return t, nil
 	}
 	if days, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.Atoi(days); err == nil && n >= 0 {
+		if n, err := strconv.Atoi(days); err == nil && n >= 0 && n <= maxDays {
 			return now.AddDate(0, 0, -n), nil
 		}
 	}

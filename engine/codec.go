@@ -1,0 +1,435 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/codec"
+	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/store/postgres"
+)
+
+// codecStorage stands between the engine and the database and passes every
+// payload through Options.Codec: encoded (into a codec envelope) on its way
+// in, decoded on its way out. Everything above it (the workflow cache,
+// hand-offs, Result waiters, the replay tools) sees plaintext; everything
+// below it, Postgres included, sees envelopes only. The store copies
+// payloads from row to row (a child's input into its first event, a closing
+// child's result into its parent's history, a failed job into a dead
+// letter, a redriven history into a new run) as they are, so a copy stays an
+// envelope that decodes anywhere: no payload is bound to the row it is in.
+//
+// It overrides each storage method whose parameters or results carry a
+// payload (a json.RawMessage, an event, a task, a Ready); the methods it
+// does not override carry none (TestCodecStorageOverridesEveryPayloadMethod
+// checks this). With no codec it still reads: an envelope then fails with
+// codec.ErrNoCodec instead of reaching workflow code as a zero value.
+type codecStorage struct {
+	storage
+	c   codec.PayloadCodec
+	log *slog.Logger
+}
+
+// codecRetryDelay is how long an activity task that this worker could not
+// decode waits before a worker may claim it again.
+const codecRetryDelay = time.Minute
+
+// withCodec returns s with every payload passed through c.
+func withCodec(s storage, c codec.PayloadCodec, log *slog.Logger) storage {
+	return codecStorage{storage: s, c: c, log: log}
+}
+
+func (s codecStorage) WithTx(tx pgx.Tx) storage {
+	return codecStorage{storage: s.storage.WithTx(tx), c: s.c, log: s.log}
+}
+
+func (s codecStorage) encode(p json.RawMessage) (json.RawMessage, error) {
+	return codec.Wrap(s.c, p)
+}
+
+func (s codecStorage) decode(p json.RawMessage) (json.RawMessage, error) {
+	return codec.Unwrap(s.c, p)
+}
+
+// field passes one payload field through f, naming it in the error.
+func field(name string, p *json.RawMessage, f func(json.RawMessage) (json.RawMessage, error)) error {
+	b, err := f(*p)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	*p = b
+	return nil
+}
+
+// mapPayloads returns a with each payload it carries passed through f. Its
+// switch lists every event type with a payload
+// (TestCodecCoversEveryEventPayload checks it against package history).
+func mapPayloads(a history.Attributes, f func(json.RawMessage) (json.RawMessage, error)) (history.Attributes, error) {
+	var err error
+	switch v := a.(type) {
+	case history.WorkflowStarted:
+		err = field("input", &v.Input, f)
+		a = v
+	case history.WorkflowCompleted:
+		err = field("result", &v.Result, f)
+		a = v
+	case history.ActivityScheduled:
+		err = field("input", &v.Input, f)
+		a = v
+	case history.ActivityCompleted:
+		err = field("result", &v.Result, f)
+		a = v
+	case history.SideEffectRecorded:
+		err = field("value", &v.Value, f)
+		a = v
+	case history.SignalReceived:
+		err = field("payload", &v.Payload, f)
+		a = v
+	case history.WorkflowContinuedAsNew:
+		err = field("input", &v.Input, f)
+		a = v
+	case history.ChildWorkflowScheduled:
+		err = field("input", &v.Input, f)
+		a = v
+	case history.ChildWorkflowCompleted:
+		err = field("result", &v.Result, f)
+		a = v
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s %w", a.EventType(), err)
+	}
+	return a, nil
+}
+
+// decodeEvents decodes the payloads of events in place.
+func (s codecStorage) decodeEvents(runID string, events []history.Event) error {
+	for i := range events {
+		a, err := mapPayloads(events[i].Attributes, s.decode)
+		if err != nil {
+			return fmt.Errorf("run %s event %d: %w", runID, events[i].ID, err)
+		}
+		events[i].Attributes = a
+	}
+	return nil
+}
+
+func (s codecStorage) decodeRun(r store.Run, err error) (store.Run, error) {
+	if err != nil {
+		return r, err
+	}
+	if err := field("input", &r.Input, s.decode); err != nil {
+		return store.Run{}, fmt.Errorf("run %s %w", r.RunID, err)
+	}
+	if err := field("result", &r.Result, s.decode); err != nil {
+		return store.Run{}, fmt.Errorf("run %s %w", r.RunID, err)
+	}
+	return r, nil
+}
+
+func (s codecStorage) decodeActivityTask(t *store.ActivityTask) error {
+	what := fmt.Sprintf("job %d (%s)", t.ID, t.Activity)
+	if t.RunID != "" {
+		what = fmt.Sprintf("run %s activity %d (%s)", t.RunID, t.Seq, t.Activity)
+	}
+	if err := field("input", &t.Input, s.decode); err != nil {
+		return fmt.Errorf("%s %w", what, err)
+	}
+	if err := field("heartbeat details", &t.Heartbeat, s.decode); err != nil {
+		return fmt.Errorf("%s %w", what, err)
+	}
+	return nil
+}
+
+// decodeReady decodes what a write hands to this worker. The write has
+// happened, so this never fails it: a hand-off that does not decode is
+// dropped, and the normal path (reading history, claiming the task, reading
+// the result) meets the error and reports it.
+func (s codecStorage) decodeReady(r store.Ready) store.Ready {
+	for i := range r.WorkflowTasks {
+		if err := s.decodeEvents(r.WorkflowTasks[i].RunID, r.WorkflowTasks[i].Events); err != nil {
+			r.WorkflowTasks[i].Events = nil
+		}
+	}
+	if len(r.ActivityTasks) > 0 {
+		tasks := make([]store.ActivityTask, 0, len(r.ActivityTasks))
+		for _, t := range r.ActivityTasks {
+			if s.decodeActivityTask(&t) == nil {
+				tasks = append(tasks, t)
+			}
+		}
+		r.ActivityTasks = tasks
+	}
+	if r.Closed != nil {
+		c := *r.Closed
+		if field("result", &c.Result, s.decode) == nil {
+			r.Closed = &c
+		} else {
+			r.Closed = nil
+		}
+	}
+	return r
+}
+
+// Writes.
+
+func (s codecStorage) CreateRun(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
+	plain := in.Input
+	if err := field("input", &in.Input, s.encode); err != nil {
+		return store.Run{}, fmt.Errorf("create run of workflow %q: %w", in.WorkflowID, err)
+	}
+	r, err := s.storage.CreateRun(ctx, in)
+	if err == nil {
+		r.Input = plain
+		return r, nil
+	}
+	// ErrConflict comes with the open run that holds the workflow ID.
+	r2, derr := s.decodeRun(r, nil)
+	if derr != nil {
+		return r, fmt.Errorf("%w (and %w)", err, derr)
+	}
+	return r2, err
+}
+
+func (s codecStorage) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowTaskParams) (store.Ready, error) {
+	enc, err := s.encodeCommit(in)
+	if err != nil {
+		return store.Ready{}, fmt.Errorf("commit workflow task of run %s: %w", in.RunID, err)
+	}
+	ready, err := s.storage.CommitWorkflowTask(ctx, enc)
+	return s.decodeReady(ready), err
+}
+
+// encodeCommit returns a copy of in with its payloads encoded; in, which
+// the engine keeps, is not changed.
+func (s codecStorage) encodeCommit(in store.CommitWorkflowTaskParams) (store.CommitWorkflowTaskParams, error) {
+	if s.c == nil {
+		return in, nil
+	}
+	events := make([]history.Attributes, len(in.Events))
+	for i, a := range in.Events {
+		var err error
+		if events[i], err = mapPayloads(a, s.encode); err != nil {
+			return in, err
+		}
+	}
+	in.Events = events
+	in.Activities = append([]store.NewActivityTask(nil), in.Activities...)
+	for i := range in.Activities {
+		if err := field("input of activity "+in.Activities[i].Activity, &in.Activities[i].Input, s.encode); err != nil {
+			return in, err
+		}
+	}
+	in.Children = append([]store.NewChild(nil), in.Children...)
+	for i := range in.Children {
+		if err := field("input of child workflow "+in.Children[i].WorkflowID, &in.Children[i].Input, s.encode); err != nil {
+			return in, err
+		}
+	}
+	if in.ContinueAs != nil {
+		next := *in.ContinueAs
+		if err := field("continue-as-new input", &next.Input, s.encode); err != nil {
+			return in, err
+		}
+		in.ContinueAs = &next
+	}
+	if in.Close != nil {
+		c := *in.Close
+		if err := field("result", &c.Result, s.encode); err != nil {
+			return in, err
+		}
+		in.Close = &c
+	}
+	return in, nil
+}
+
+func (s codecStorage) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) (store.Ready, error) {
+	ev, err := mapPayloads(in.Event, s.encode)
+	if err != nil {
+		return store.Ready{}, fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)
+	}
+	in.Event = ev
+	ready, err := s.storage.ResolveActivity(ctx, in)
+	return s.decodeReady(ready), err
+}
+
+func (s codecStorage) SignalRun(ctx context.Context, in store.SignalParams, event history.Attributes) (store.Ready, error) {
+	if err := field("payload", &in.Payload, s.encode); err != nil {
+		return store.Ready{}, fmt.Errorf("signal %q to workflow %q: %w", in.Name, in.WorkflowID, err)
+	}
+	ev, err := mapPayloads(event, s.encode)
+	if err != nil {
+		return store.Ready{}, fmt.Errorf("%s to workflow %q: %w", event.EventType(), in.WorkflowID, err)
+	}
+	ready, err := s.storage.SignalRun(ctx, in, ev)
+	return s.decodeReady(ready), err
+}
+
+func (s codecStorage) HeartbeatActivity(ctx context.Context, in store.HeartbeatParams) error {
+	if err := field("details", &in.Details, s.encode); err != nil {
+		return fmt.Errorf("heartbeat of activity task %d: %w", in.TaskID, err)
+	}
+	return s.storage.HeartbeatActivity(ctx, in)
+}
+
+func (s codecStorage) EnqueueJob(ctx context.Context, in store.EnqueueJobParams) (int64, bool, error) {
+	if err := field("input", &in.Task.Input, s.encode); err != nil {
+		return 0, false, fmt.Errorf("enqueue job %s: %w", in.Task.Activity, err)
+	}
+	return s.storage.EnqueueJob(ctx, in)
+}
+
+// RedriveDeadLetter gives in.Task the failed activity's input decoded, so
+// that the engine checks the payload's size rather than its envelope's, and
+// queues the input again as it was stored: redriving needs no plaintext.
+// An engine that cannot decode it (the durable CLI has no codec) redrives
+// all the same, and the workers decode it.
+func (s codecStorage) RedriveDeadLetter(ctx context.Context, in store.RedriveParams) (store.RedriveResult, error) {
+	task := in.Task
+	in.Task = func(runID string, a history.ActivityScheduled) (store.NewActivityTask, error) {
+		stored := a.Input
+		if p, err := s.decode(stored); err == nil {
+			a.Input = p
+		}
+		t, err := task(runID, a)
+		t.Input = stored // the task's input is the activity's
+		return t, err
+	}
+	res, err := s.storage.RedriveDeadLetter(ctx, in)
+	res.Ready = s.decodeReady(res.Ready)
+	return res, err
+}
+
+// Reads.
+
+func (s codecStorage) GetRun(ctx context.Context, runID string) (store.Run, error) {
+	return s.decodeRun(s.storage.GetRun(ctx, runID))
+}
+
+func (s codecStorage) GetRunByWorkflowID(ctx context.Context, workflowID string) (store.Run, error) {
+	return s.decodeRun(s.storage.GetRunByWorkflowID(ctx, workflowID))
+}
+
+func (s codecStorage) ListEvents(ctx context.Context, runID string, afterID int64) ([]history.Event, error) {
+	events, err := s.storage.ListEvents(ctx, runID, afterID)
+	if err != nil {
+		return events, err
+	}
+	if err := s.decodeEvents(runID, events); err != nil {
+		return nil, err
+	}
+	return events, nil
+}
+
+// ClaimWorkflowTasks drops the events of a task that do not decode: the
+// worker then reads the run's history, meets the error there and fails the
+// task with it, for all to see, until a worker with the right codec runs it.
+func (s codecStorage) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
+	tasks, err := s.storage.ClaimWorkflowTasks(ctx, in)
+	for i := range tasks {
+		if s.decodeEvents(tasks[i].RunID, tasks[i].Events) != nil {
+			tasks[i].Events = nil
+		}
+	}
+	return tasks, err
+}
+
+// ClaimActivityTasks gives a task whose payloads this worker cannot decode
+// back at once, with the error, without spending an attempt (as a
+// rate-limited retry does): a worker with the right codec runs it.
+func (s codecStorage) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
+	tasks, err := s.storage.ClaimActivityTasks(ctx, in)
+	if err != nil {
+		return tasks, err
+	}
+	out := tasks[:0]
+	for _, t := range tasks {
+		derr := s.decodeActivityTask(&t)
+		if derr == nil {
+			out = append(out, t)
+			continue
+		}
+		attrs := []slog.Attr{slog.String("activity", t.Activity), slog.Int64("task_id", t.ID), slog.String("error", derr.Error())}
+		retry := store.RetryActivityParams{
+			TaskID: t.ID, Attempt: t.Attempt, RunAfter: in.Now.Add(codecRetryDelay), Now: in.Now,
+			Error: derr.Error(), ErrorClass: "codec", RateLimited: true,
+		}
+		if rerr := s.storage.RetryActivity(ctx, retry); rerr != nil {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "activity payload does not decode on this worker; the task waits for its lease to end",
+				append(attrs, slog.String("release_error", rerr.Error()))...)
+			continue
+		}
+		s.log.LogAttrs(ctx, slog.LevelWarn, "activity payload does not decode on this worker (check Options.Codec); the task is given back",
+			append(attrs, slog.Time("retry_at", retry.RunAfter))...)
+	}
+	return out, nil
+}
+
+func (s codecStorage) TerminateRun(ctx context.Context, in store.TerminateParams) (store.Ready, error) {
+	ready, err := s.storage.TerminateRun(ctx, in)
+	return s.decodeReady(ready), err
+}
+
+func (s codecStorage) ListDeadLetters(ctx context.Context, f store.DeadLetterFilter) ([]store.DeadLetter, error) {
+	ds, err := s.storage.ListDeadLetters(ctx, f)
+	if err != nil {
+		return ds, err
+	}
+	for i := range ds {
+		if err := field("payload", &ds[i].Payload, s.decode); err != nil {
+			return nil, fmt.Errorf("dead letter %d %w", ds[i].ID, err)
+		}
+	}
+	return ds, nil
+}
+
+func (s codecStorage) GetDeadLetter(ctx context.Context, id int64) (store.DeadLetter, error) {
+	d, err := s.storage.GetDeadLetter(ctx, id)
+	if err != nil {
+		return d, err
+	}
+	if err := field("payload", &d.Payload, s.decode); err != nil {
+		return store.DeadLetter{}, fmt.Errorf("dead letter %d %w", id, err)
+	}
+	return d, nil
+}
+
+func (s codecStorage) ListPendingActivities(ctx context.Context, runID string) ([]postgres.PendingActivity, error) {
+	acts, err := s.storage.ListPendingActivities(ctx, runID)
+	if err != nil {
+		return acts, err
+	}
+	for i := range acts {
+		a := &acts[i]
+		if err := field("input", &a.Input, s.decode); err != nil {
+			return nil, fmt.Errorf("run %s activity %d (%s) %w", runID, a.Seq, a.Activity, err)
+		}
+		if err := field("heartbeat details", &a.Heartbeat, s.decode); err != nil {
+			return nil, fmt.Errorf("run %s activity %d (%s) %w", runID, a.Seq, a.Activity, err)
+		}
+	}
+	return acts, nil
+}
+
+var _ storage = codecStorage{}
+
+// codecKey carries the engine's codec in an activity's context, for
+// ExactlyOnce.
+type codecKey struct{}
+
+func withCodecContext(ctx context.Context, c codec.PayloadCodec) context.Context {
+	if c == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, codecKey{}, c)
+}
+
+func codecFromContext(ctx context.Context) codec.PayloadCodec {
+	c, _ := ctx.Value(codecKey{}).(codec.PayloadCodec)
+	return c
+}
