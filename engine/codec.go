@@ -133,17 +133,18 @@ func (s codecStorage) decodeRun(r store.Run, err error) (store.Run, error) {
 }
 
 func (s codecStorage) decodeActivityTask(t *store.ActivityTask) error {
-	what := fmt.Sprintf("job %d (%s)", t.ID, t.Activity)
-	if t.RunID != "" {
-		what = fmt.Sprintf("run %s activity %d (%s)", t.RunID, t.Seq, t.Activity)
+	err := field("input", &t.Input, s.decode)
+	if err == nil {
+		err = field("heartbeat details", &t.Heartbeat, s.decode)
 	}
-	if err := field("input", &t.Input, s.decode); err != nil {
-		return fmt.Errorf("%s %w", what, err)
+	switch {
+	case err == nil:
+		return nil
+	case t.RunID != "":
+		return fmt.Errorf("run %s activity %d (%s) %w", t.RunID, t.Seq, t.Activity, err)
+	default:
+		return fmt.Errorf("job %d (%s) %w", t.ID, t.Activity, err)
 	}
-	if err := field("heartbeat details", &t.Heartbeat, s.decode); err != nil {
-		return fmt.Errorf("%s %w", what, err)
-	}
-	return nil
 }
 
 // decodeReady decodes what a write hands to this worker. The write has

@@ -95,7 +95,11 @@ FROM durable_runs r LEFT JOIN durable_workflow_tasks t ON t.run_id = r.run_id`
 const (
 	getRunSQL     = `SELECT ` + runColumns + ` WHERE r.run_id = $1`
 	getOpenRunSQL = `SELECT ` + runColumns + ` WHERE r.workflow_id = $1 AND r.status = 'running'`
-	getLatestSQL  = `SELECT ` + runColumns + ` WHERE r.workflow_id = $1 ORDER BY r.created_at DESC, r.run_id LIMIT 1`
+	// getLatestSQL breaks ties of created_at (a frozen test clock starts a
+	// continuation at the instant its predecessor closed) in favour of the
+	// open run, then of a run that did not continue as new.
+	getLatestSQL = `SELECT ` + runColumns + ` WHERE r.workflow_id = $1
+ORDER BY r.created_at DESC, r.status = 'running' DESC, r.status = 'continued_as_new', r.run_id LIMIT 1`
 )
 
 // GetRun implements store.Store.

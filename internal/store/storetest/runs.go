@@ -115,6 +115,23 @@ func testGetRunByWorkflowIDReturnsNewest(t *testing.T, b *bundle) {
 	require.Equal(t, store.StatusCompleted, latest.Status)
 }
 
+// A continuation started at the instant its predecessor closed (a frozen
+// test clock) is still the newest run.
+func testGetRunByWorkflowIDPrefersTheContinuation(t *testing.T, b *bundle) {
+	run := b.createRun(t, "order-1", wfQueue)
+	task := b.claimOneWorkflow(t, wfQueue, b.now)
+	next := "ffffffff-ffff-4fff-bfff-ffffffffffff" // sorts after any other run ID
+	require.NoError(t, b.commit(store.CommitWorkflowTaskParams{
+		RunID: run.RunID, Token: task.Token, ProcessedEventID: 1, Now: b.now,
+		Events:     []history.Attributes{history.WorkflowContinuedAsNew{Input: json.RawMessage(`2`)}},
+		Close:      &store.CloseRun{Status: store.StatusContinuedAsNew},
+		ContinueAs: &store.NewRun{RunID: next, Input: json.RawMessage(`2`)},
+	}))
+	latest, err := b.s.GetRunByWorkflowID(b.ctx, "order-1")
+	require.NoError(t, err)
+	require.Equal(t, next, latest.RunID)
+}
+
 func testListEventsAfterID(t *testing.T, b *bundle) {
 	run := b.runWithActivities(t, "order-1", 3, 0)
 

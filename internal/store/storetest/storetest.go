@@ -49,6 +49,7 @@ var cases = []struct {
 	{"CreateRunAfterCloseStartsNewRun", testCreateRunAfterCloseStartsNewRun},
 	{"GetRunNotFound", testGetRunNotFound},
 	{"GetRunByWorkflowIDReturnsNewest", testGetRunByWorkflowIDReturnsNewest},
+	{"GetRunByWorkflowIDPrefersTheContinuation", testGetRunByWorkflowIDPrefersTheContinuation},
 	{"ListEventsAfterID", testListEventsAfterID},
 	{"CreateRunClaimAsHandsOffFirstTask", testCreateRunClaimAsHandsOffFirstTask},
 
