@@ -25,6 +25,9 @@
 // event and prints what the run waits for there. check replays every open run
 // (or those of a type, or started since a time) against this build and fails
 // on any divergence, with the replayer's report.
+//
+// A program whose engines encrypt payloads (engine.Options.Codec) passes the
+// same codec with WithCodec.
 package durablecli
 
 import (
@@ -40,13 +43,28 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/engine"
 	"github.com/durable-go/durable/history"
 )
 
+// Option configures the replay commands.
+type Option func(*engine.Options)
+
+// WithCodec decodes payloads stored or exported encoded by c (the codec the
+// program's engines run with, engine.Options.Codec), so that encrypted runs
+// replay.
+func WithCodec(c codec.PayloadCodec) Option {
+	return func(o *engine.Options) { o.Codec = c }
+}
+
 // Command returns the "replay" command, with trace and check. register
 // registers the program's workflows (and may register activities too).
-func Command(register func(*engine.Engine) error) *cobra.Command {
+func Command(register func(*engine.Engine) error, opts ...Option) *cobra.Command {
+	eo := engine.Options{Logger: quiet()}
+	for _, o := range opts {
+		o(&eo)
+	}
 	var db string
 	root := &cobra.Command{
 		Use:   "replay",
@@ -75,7 +93,7 @@ func Command(register func(*engine.Engine) error) *cobra.Command {
 				err error
 			)
 			if file != "" {
-				if e, err = replayer(register); err != nil {
+				if e, err = replayer(eo, register); err != nil {
 					return err
 				}
 				f, err := os.Open(file)
@@ -88,7 +106,7 @@ func Command(register func(*engine.Engine) error) *cobra.Command {
 				}
 			} else {
 				var closeDB func()
-				if e, closeDB, err = connected(ctx, db, register); err != nil {
+				if e, closeDB, err = connected(ctx, db, eo, register); err != nil {
 					return err
 				}
 				defer closeDB()
@@ -118,7 +136,7 @@ func Command(register func(*engine.Engine) error) *cobra.Command {
 				}
 				o.Since = time.Now().Add(-d)
 			}
-			e, closeDB, err := connected(ctx, db, register)
+			e, closeDB, err := connected(ctx, db, eo, register)
 			if err != nil {
 				return err
 			}
@@ -148,8 +166,8 @@ func Command(register func(*engine.Engine) error) *cobra.Command {
 
 // Run runs the replay command with args and returns the exit code: 0 ok,
 // 1 a divergence or an error, 2 a usage error.
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer, register func(*engine.Engine) error) int {
-	cmd := Command(register)
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer, register func(*engine.Engine) error, opts ...Option) int {
+	cmd := Command(register, opts...)
 	cmd.SetArgs(args)
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
@@ -203,20 +221,21 @@ func (d divergence) Unwrap() error { return d.error }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-func replayer(register func(*engine.Engine) error) (*engine.Engine, error) {
-	e, err := engine.NewReplayer(engine.Options{Logger: quiet()})
+func replayer(o engine.Options, register func(*engine.Engine) error) (*engine.Engine, error) {
+	e, err := engine.NewReplayer(o)
 	if err != nil {
 		return nil, err
 	}
 	return e, register(e)
 }
 
-func connected(ctx context.Context, db string, register func(*engine.Engine) error) (*engine.Engine, func(), error) {
+func connected(ctx context.Context, db string, o engine.Options, register func(*engine.Engine) error) (*engine.Engine, func(), error) {
 	pool, err := pgxpool.New(ctx, db)
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := engine.New(pool, engine.Options{Logger: quiet(), SkipMigrate: true})
+	o.SkipMigrate = true
+	e, err := engine.New(pool, o)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

@@ -119,6 +119,20 @@ func (s codecStorage) decodeEvents(runID string, events []history.Event) error {
 	return nil
 }
 
+// decodeHistory returns h with the payloads of its events decoded by c, for
+// replaying a history exported with its payloads encoded (the CLI exports
+// what is stored). Plain payloads pass unchanged; h is not modified.
+func decodeHistory(c codec.PayloadCodec, h history.History) (history.History, error) {
+	s := codecStorage{c: c}
+	events := make([]history.Event, len(h.Events))
+	copy(events, h.Events)
+	if err := s.decodeEvents(h.RunID, events); err != nil {
+		return h, err
+	}
+	h.Events = events
+	return h, nil
+}
+
 func (s codecStorage) decodeRun(r store.Run, err error) (store.Run, error) {
 	if err != nil {
 		return r, err

@@ -45,6 +45,10 @@ func (e *Engine) replayed(ctx context.Context, h history.History) (wfexec.Execut
 	if err := h.Validate(); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
+	h, err := decodeHistory(e.opts.Codec, h)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
 	started := h.Events[0].Attributes.(history.WorkflowStarted)
 	e.mu.RLock()
 	def := e.workflows[started.WorkflowType]
@@ -136,6 +140,10 @@ type TraceStep struct {
 // signals. A divergence ends the trace with the replayer's error.
 func (e *Engine) ReplayTrace(ctx context.Context, h history.History, until int64, fn func(TraceStep)) ([]string, error) {
 	if err := h.Validate(); err != nil {
+		return nil, fmt.Errorf("replay trace: %w", err)
+	}
+	h, err := decodeHistory(e.opts.Codec, h)
+	if err != nil {
 		return nil, fmt.Errorf("replay trace: %w", err)
 	}
 	if until > 0 && until < int64(len(h.Events)) {
