@@ -63,6 +63,9 @@ func (h *hub) publishNow(ctx context.Context, r store.Ready) {
 type hub struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
+	// db logs the outages the listener, the sender and the engine's other
+	// background loops run into, once each.
+	db *dbHealth
 
 	life   sync.Mutex // guards refs, cancel, done
 	refs   int
@@ -86,7 +89,7 @@ type waker struct {
 
 func newHub(pool *pgxpool.Pool, log *slog.Logger) *hub {
 	return &hub{
-		pool: pool, log: log,
+		pool: pool, log: log, db: &dbHealth{log: log},
 		wakes: map[string][]*waker{}, waiters: map[string]map[chan struct{}]struct{}{},
 		closes:  map[string]map[chan *store.CloseRun]struct{}{},
 		pending: map[string]bool{}, flush: make(chan struct{}, 1),
@@ -286,9 +289,12 @@ func (h *hub) sendLoop(ctx context.Context, done chan struct{}) {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_, err := h.pool.Exec(sctx, sendNotificationsSQL, keys)
 			cancel()
+			// Lost notifications cost other processes latency (their next
+			// poll), never work: they are not sent again.
 			if err != nil {
-				h.log.LogAttrs(ctx, slog.LevelWarn, "send notifications; other processes pick the work up at their next poll",
-					slog.String("error", err.Error()))
+				h.db.fail(ctx, "send notifications", err, 0)
+			} else {
+				h.db.ok(ctx, "send notifications")
 			}
 		}
 		if stop {
@@ -326,7 +332,8 @@ func (h *hub) listen(ctx context.Context, ready chan struct{}) {
 				close(ready)
 				first = false
 			} else {
-				h.log.LogAttrs(ctx, slog.LevelInfo, "notification listener reconnected")
+				h.db.ok(ctx, "listen for notifications")
+				h.log.LogAttrs(ctx, slog.LevelDebug, "notification listener reconnected")
 			}
 			backoff = 50 * time.Millisecond
 			h.wakeAll()
@@ -334,8 +341,7 @@ func (h *hub) listen(ctx context.Context, ready chan struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
-		h.log.LogAttrs(ctx, slog.LevelWarn, "notification listener lost its connection; retrying",
-			slog.String("error", err.Error()), slog.Duration("backoff", backoff))
+		h.db.fail(ctx, "listen for notifications", err, backoff)
 		select {
 		case <-ctx.Done():
 			return

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -40,6 +41,13 @@ func (e *Engine) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	scanner := timer.NewScanner(e.store, timer.Options{
 		NowFunc: e.opts.NowFunc, PollInterval: e.opts.PollInterval, Logger: e.log,
+		ErrorFunc: func(err error, retryIn time.Duration) {
+			if err != nil {
+				e.hub.db.fail(ctx, "fire timers", err, retryIn)
+			} else {
+				e.hub.db.ok(ctx, "fire timers")
+			}
+		},
 		OnFire: func(f timer.Fired) {
 			e.announce(store.Ready{WorkflowQueues: f.Queues})
 			for _, t := range f.Timers {
@@ -223,14 +231,17 @@ func pollLoop[T any](ctx context.Context, e *Engine, kind, queue string, p *work
 			p.release()
 		}
 		if err != nil {
-			e.log.LogAttrs(ctx, slog.LevelWarn, "claim failed; retrying", slog.String("kind", kind),
-				slog.String("queue", queue), slog.String("error", err.Error()))
+			if ctx.Err() != nil {
+				return
+			}
+			e.hub.db.fail(ctx, "claim "+kind+" tasks on queue "+queue, err, errBackoff)
 			if !sleepCtx(ctx, errBackoff) {
 				return
 			}
 			errBackoff = min(2*errBackoff, 5*time.Second)
 			continue
 		}
+		e.hub.db.ok(ctx, "claim "+kind+" tasks on queue "+queue)
 		errBackoff = 100 * time.Millisecond
 		for _, t := range tasks {
 			p.start(t)
@@ -256,6 +267,56 @@ func pollLoop[T any](ctx context.Context, e *Engine, kind, queue string, p *work
 		}
 		t.Stop()
 	}
+}
+
+// dbHealth logs database outages as the engine's background loops see
+// them: once, at Warn, when the first loop fails; at Debug for each retry of
+// any loop after that; and once, at Info, when one works again. Without it
+// every loop (the pollers of each queue, the timer scanner, the
+// notification listener and sender) would log every retry of every outage.
+// A killed connection is an outage that lasts one retry.
+type dbHealth struct {
+	log  *slog.Logger
+	down atomic.Bool // fast path for ok
+
+	mu       sync.Mutex
+	since    time.Time
+	failures int
+}
+
+// fail records that what failed with err and is retried in retryIn.
+func (d *dbHealth) fail(ctx context.Context, what string, err error, retryIn time.Duration) {
+	d.mu.Lock()
+	first := !d.down.Load()
+	if first {
+		d.down.Store(true)
+		d.since, d.failures = time.Now(), 0
+	}
+	d.failures++
+	d.mu.Unlock()
+	attrs := []slog.Attr{slog.String("op", what), slog.String("error", err.Error()), slog.Duration("retry_in", retryIn)}
+	if first {
+		d.log.LogAttrs(ctx, slog.LevelWarn, "database unreachable; background work retries with backoff until it answers (retries are logged at Debug)", attrs...)
+		return
+	}
+	d.log.LogAttrs(ctx, slog.LevelDebug, "database still unreachable", attrs...)
+}
+
+// ok records that what worked: if the database was down, the outage is over.
+func (d *dbHealth) ok(ctx context.Context, what string) {
+	if !d.down.Load() {
+		return
+	}
+	d.mu.Lock()
+	if !d.down.Load() {
+		d.mu.Unlock()
+		return
+	}
+	d.down.Store(false)
+	since, n := d.since, d.failures
+	d.mu.Unlock()
+	d.log.LogAttrs(ctx, slog.LevelInfo, "database reachable again", slog.String("op", what),
+		slog.Duration("outage", time.Since(since)), slog.Int("failures", n))
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -48,6 +48,12 @@ type Options struct {
 	OnFire func(Fired)
 	// Logger receives errors. Default slog.Default().
 	Logger *slog.Logger
+	// ErrorFunc, if set, is told of each failure to fire timers (with the
+	// wait before the next try) and, with a nil error, of the first success
+	// after failures; the scanner then logs nothing itself. Default: log the
+	// first failure of an outage at Warn, the retries at Debug and the
+	// recovery at Info.
+	ErrorFunc func(err error, retryIn time.Duration)
 }
 
 // Scanner fires due timers.
@@ -86,18 +92,28 @@ func (s *Scanner) Wake() {
 // Run fires timers until ctx is done.
 func (s *Scanner) Run(ctx context.Context) {
 	backoff := 100 * time.Millisecond
+	report := s.opts.ErrorFunc
+	if report == nil {
+		report = s.logOutage(ctx)
+	}
+	failing := false
 	for ctx.Err() == nil {
 		fired, err := s.store.FireTimers(ctx, s.opts.NowFunc(), s.opts.BatchSize)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			s.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "fire timers; retrying", slog.String("error", err.Error()), slog.Duration("backoff", backoff))
+			failing = true
+			report(err, backoff)
 			if !s.sleep(ctx, backoff) {
 				return
 			}
 			backoff = min(2*backoff, 5*time.Second)
 			continue
+		}
+		if failing {
+			failing = false
+			report(nil, 0)
 		}
 		backoff = 100 * time.Millisecond
 		if fired.Count > 0 && s.opts.OnFire != nil {
@@ -112,6 +128,31 @@ func (s *Scanner) Run(ctx context.Context) {
 		}
 		if wait > 0 && !s.sleep(ctx, wait) {
 			return
+		}
+	}
+}
+
+// logOutage returns the default ErrorFunc: one Warn line per outage, the
+// retries at Debug, one Info line at the end.
+func (s *Scanner) logOutage(ctx context.Context) func(error, time.Duration) {
+	var (
+		since    time.Time
+		failures int
+	)
+	return func(err error, retryIn time.Duration) {
+		log := s.opts.Logger
+		switch {
+		case err == nil:
+			log.LogAttrs(ctx, slog.LevelInfo, "fire timers: the database answers again",
+				slog.Duration("outage", time.Since(since)), slog.Int("failures", failures))
+			failures = 0
+		case failures == 0:
+			since, failures = time.Now(), 1
+			log.LogAttrs(ctx, slog.LevelWarn, "fire timers failed; retrying with backoff until the database answers (retries are logged at Debug)",
+				slog.String("error", err.Error()), slog.Duration("retry_in", retryIn))
+		default:
+			failures++
+			log.LogAttrs(ctx, slog.LevelDebug, "fire timers failed again", slog.String("error", err.Error()), slog.Duration("retry_in", retryIn))
 		}
 	}
 }

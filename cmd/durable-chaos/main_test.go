@@ -1,0 +1,55 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/internal/chaos"
+)
+
+func TestParseFlags(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		args []string
+		want func(o *chaos.Options)
+	}{
+		{name: "long mode by default", args: nil, want: func(*chaos.Options) {}},
+		{name: "sizes", args: []string{"-workflows", "10000", "-duration", "30m", "-workers", "4"}, want: func(o *chaos.Options) {
+			o.Workers = 4
+		}},
+		{name: "a fault off", args: []string{"-pg-stop-every", "0"}, want: func(o *chaos.Options) { o.PGStopEvery = 0 }},
+		{name: "short", args: []string{"-short"}, want: func(o *chaos.Options) {
+			*o = chaos.ShortOptions()
+			o.Concurrency, o.Lease, o.DrainTimeout = 16, time.Second, 2*time.Minute
+		}},
+		{name: "short with an explicit flag", args: []string{"-short", "-duration", "1m"}, want: func(o *chaos.Options) {
+			*o = chaos.ShortOptions()
+			o.Concurrency, o.Lease, o.DrainTimeout = 16, time.Second, 2*time.Minute
+			o.Duration = time.Minute
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := parseFlags(tt.args, &bytes.Buffer{})
+			require.NoError(t, err)
+			want := longOptions()
+			tt.want(&want)
+			require.Equal(t, want, got)
+		})
+	}
+}
+
+func TestBadFlagsExit2(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	require.Equal(t, 2, run(context.Background(), []string{"-workflows", "many"}, &bytes.Buffer{}, &stderr))
+	require.Contains(t, stderr.String(), "invalid value")
+	require.Equal(t, 2, run(context.Background(), []string{"extra"}, &bytes.Buffer{}, &stderr))
+	require.Equal(t, 0, run(context.Background(), []string{"-h"}, &bytes.Buffer{}, &stderr))
+	require.Contains(t, stderr.String(), "-pg-stop-every")
+}

@@ -1,0 +1,210 @@
+package chaos
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// logLine is the part of a worker's JSON log record the rig reads.
+type logLine struct {
+	Time    time.Time `json:"time"`
+	Level   string    `json:"level"`
+	Msg     string    `json:"msg"`
+	PID     int       `json:"pid"`
+	TaskID  int64     `json:"task_id"`
+	Attempt int       `json:"attempt"`
+	Key     string    `json:"key"`
+	Stale   *int      `json:"stale_writes"`
+	Error   string    `json:"error"`
+}
+
+// staleKind returns the write a log line says was refused by fencing, or
+// "" if it says no such thing. These are the engine's Warn lines at each
+// rejection, and for heartbeats (which the engine returns to the activity
+// rather than logs) the workload's own; durable_stale_writes_rejected_total
+// counts the same writes.
+func staleKind(msg string) string {
+	switch {
+	case msg == "workflow task lease lost; its commit was refused":
+		return "workflow_commit"
+	case msg == "workflow task lease lost; its failure was refused":
+		return "workflow_fail"
+	case strings.HasSuffix(msg, ": the claim is no longer ours (a late duplicate); ignored"):
+		return "activity_outcome"
+	case msg == msgHeartbeatRefused:
+		return "heartbeat"
+	}
+	return ""
+}
+
+// lostWrite returns why a log line says an activity attempt's write did
+// not (surely) happen, so that a later attempt runs the activity again:
+// "lease_expiry" when fencing refused it (the attempt's lease had run out
+// and the task was claimed again), "write_failed" when the write failed
+// and may or may not have committed; "" when it says neither.
+func lostWrite(l logLine) string {
+	switch {
+	case staleKind(l.Msg) == "activity_outcome", l.Msg == "activity attempt lost its lease; another attempt owns the task":
+		return "lease_expiry"
+	case l.Msg == msgWriteFailed, strings.HasSuffix(l.Msg, "; the attempt runs again when its lease ends"):
+		return "write_failed"
+	}
+	return ""
+}
+
+// isRetryLine reports whether a line at Warn or above is one an engine
+// logs when a background loop cannot reach the database. Such lines should
+// come about once per outage, not once per retry.
+func isRetryLine(l logLine) bool {
+	if l.Level != "WARN" && l.Level != "ERROR" {
+		return false
+	}
+	for _, p := range []string{"database unreachable", "claim failed", "fire timers", "notification listener", "send notifications", "refresh queue gauges", msgNewFailed} {
+		if strings.HasPrefix(l.Msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// dbErrorText reports whether an error's text says the database connection
+// failed: the server went away or killed the connection.
+func dbErrorText(s string) bool {
+	for _, p := range []string{"SQLSTATE 57P", "conn closed", "unexpected EOF", "failed to connect", "connection reset", "broken pipe", "connection refused", "shutting down", "timeout: context"} {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// workerLogs is what the rig learned from the workers' log files.
+type workerLogs struct {
+	lines int
+	// stale counts fencing rejections by write; staleAt lists when each
+	// happened and in which process.
+	stale   map[string]int
+	staleAt []pidTime
+	// staleMetric sums the counter that gracefully stopped workers reported
+	// at exit; staleOfStopped the log lines of those same processes.
+	staleMetric, staleOfStopped int
+	// lostByTask and lostByKey index lost writes by (pid, task id, attempt)
+	// and (pid, idempotency key, attempt).
+	lostByTask map[taskAttempt]string
+	lostByKey  map[keyAttempt]string
+	// procs describes each worker process by pid.
+	procs map[int]*procLog
+	// errors are the Error lines not caused by a database fault;
+	// dbErrors counts those that were (the database went away or killed
+	// the connection), with one example.
+	errors         []string
+	dbErrors       int
+	dbErrorExample string
+	byMsg          map[string]int
+}
+
+// procLog is what one worker process logged.
+type procLog struct {
+	first, last time.Time
+	// retries counts its background retry lines.
+	retries int
+}
+
+type pidTime struct {
+	pid int
+	at  time.Time
+}
+
+type taskAttempt struct {
+	pid     int
+	task    int64
+	attempt int
+}
+
+type keyAttempt struct {
+	pid     int
+	key     string
+	attempt int
+}
+
+func readWorkerLogs(paths []string) (*workerLogs, error) {
+	wl := &workerLogs{
+		stale: map[string]int{}, lostByTask: map[taskAttempt]string{}, lostByKey: map[keyAttempt]string{},
+		procs: map[int]*procLog{}, byMsg: map[string]int{},
+	}
+	staleByPID := map[int]int{}
+	metricByPID := map[int]int{}
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, fmt.Errorf("read worker log: %w", err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			var l logLine
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				continue // a line cut short by SIGKILL
+			}
+			wl.lines++
+			wl.byMsg[l.Msg]++
+			if k := staleKind(l.Msg); k != "" {
+				wl.stale[k]++
+				wl.staleAt = append(wl.staleAt, pidTime{l.PID, l.Time})
+				staleByPID[l.PID]++
+			}
+			if why := lostWrite(l); why != "" {
+				if l.TaskID != 0 {
+					wl.lostByTask[taskAttempt{l.PID, l.TaskID, l.Attempt}] = why
+				}
+				if l.Key != "" {
+					wl.lostByKey[keyAttempt{l.PID, l.Key, l.Attempt}] = why
+				}
+			}
+			p := wl.procs[l.PID]
+			if p == nil {
+				p = &procLog{first: l.Time}
+				wl.procs[l.PID] = p
+			}
+			p.last = l.Time
+			if isRetryLine(l) {
+				p.retries++
+			}
+			switch {
+			case l.Level != "ERROR":
+			case dbErrorText(l.Error):
+				wl.dbErrors++
+				if wl.dbErrorExample == "" {
+					wl.dbErrorExample = sc.Text()
+				}
+			default:
+				wl.errors = append(wl.errors, fmt.Sprintf("pid %d: %s", l.PID, sc.Text()))
+			}
+			if l.Msg == msgWorkerStopped && l.Stale != nil {
+				metricByPID[l.PID] = *l.Stale
+			}
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read worker log %s: %w", p, err)
+		}
+	}
+	for pid, n := range metricByPID {
+		wl.staleMetric += n
+		wl.staleOfStopped += staleByPID[pid]
+	}
+	return wl, nil
+}
+
+func (wl *workerLogs) staleTotal() int {
+	n := 0
+	for _, v := range wl.stale {
+		n += v
+	}
+	return n
+}

@@ -1,0 +1,578 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/durable-go/durable/engine"
+	"github.com/durable-go/durable/internal/pgcluster"
+)
+
+// Options configure one run of the rig. A fault whose interval is zero is
+// not injected; ShortOptions turns them all on.
+type Options struct {
+	// Workflows is the least number of workflows to start. Default 40.
+	Workflows int
+	// Duration is the least time to go on starting workflows and injecting
+	// faults; after it, and once every fault that is on has happened (for
+	// at most twice as long again), faults stop and the rest drains.
+	// Default 20s.
+	Duration time.Duration
+	// InFlight is the most workflows open at once. Default 30.
+	InFlight int
+	// Workers is the number of worker processes. Default 3.
+	Workers int
+	// Concurrency is each worker's workflow and activity concurrency.
+	// Default 16.
+	Concurrency int
+	// Lease is the workflow-task lease and the activities' start-to-close
+	// (and heartbeat) timeout: how long a dead worker's claims hold.
+	// Default 1s.
+	Lease time.Duration
+	// PollInterval is the workers' backstop poll. Default 1s.
+	PollInterval time.Duration
+
+	// KillEvery is the mean time between SIGKILLs of one random worker.
+	KillEvery time.Duration
+	// KillAllEvery is the mean time between SIGKILLs of all workers at once.
+	KillAllEvery time.Duration
+	// PauseEvery is the mean time between SIGSTOPs of a worker holding
+	// claims, resumed with SIGCONT after its lease, plus PollInterval, plus
+	// up to a second.
+	PauseEvery time.Duration
+	// PGStopEvery is the mean time between server stops (alternately fast
+	// and immediate), each lasting up to PGStopMax (default 2s).
+	PGStopEvery time.Duration
+	PGStopMax   time.Duration
+	// ConnKillEvery is the mean time between pg_terminate_backend of 1-4
+	// random connections to the rig's database.
+	ConnKillEvery time.Duration
+
+	// DrainTimeout bounds the wait for the open workflows once the faults
+	// stop. Default 2m.
+	DrainTimeout time.Duration
+	// Seed makes the workload's inputs and the faults' choices
+	// reproducible (not their timing). Default: from the clock.
+	Seed uint64
+	// Dir keeps the logs: the workers', the driver's and the server's.
+	// Default: a new temporary directory.
+	Dir string
+	// WorkerCommand runs a worker: a program that calls IsWorker and
+	// WorkerMain first thing. Default: this executable, with no arguments.
+	WorkerCommand []string
+	// Logf receives progress lines. Default: none.
+	Logf func(format string, args ...any)
+}
+
+// ShortOptions are the short mode's: every fault on, sized to finish in
+// about a minute on two loaded cores under the race detector.
+func ShortOptions() Options {
+	return Options{
+		Workflows: 40, Duration: 20 * time.Second, InFlight: 24, Workers: 3,
+		KillEvery: 700 * time.Millisecond, KillAllEvery: 8 * time.Second, PauseEvery: 3 * time.Second,
+		PGStopEvery: 5 * time.Second, PGStopMax: 2 * time.Second, ConnKillEvery: 1500 * time.Millisecond,
+	}
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Workflows == 0 {
+		o.Workflows = 40
+	}
+	if o.Duration == 0 {
+		o.Duration = 20 * time.Second
+	}
+	if o.InFlight == 0 {
+		o.InFlight = 30
+	}
+	if o.Workers == 0 {
+		o.Workers = 3
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = 16
+	}
+	if o.Lease == 0 {
+		o.Lease = time.Second
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = time.Second
+	}
+	if o.PGStopMax == 0 {
+		o.PGStopMax = 2 * time.Second
+	}
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = 2 * time.Minute
+	}
+	if o.Seed == 0 {
+		o.Seed = uint64(time.Now().UnixNano())
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	if len(o.WorkerCommand) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return o, fmt.Errorf("chaos: find this executable to run workers: %w", err)
+		}
+		o.WorkerCommand = []string{exe}
+	}
+	switch {
+	case o.Workflows < 0, o.InFlight < 0, o.Workers < 0, o.Concurrency < 0, o.Duration < 0, o.Lease < 0:
+		return o, errors.New("chaos: options must not be negative")
+	case o.KillEvery < 0, o.KillAllEvery < 0, o.PauseEvery < 0, o.PGStopEvery < 0, o.ConnKillEvery < 0, o.PGStopMax < 0:
+		return o, errors.New("chaos: fault intervals must not be negative (0 turns a fault off)")
+	}
+	return o, nil
+}
+
+// rig is one run: the cluster, the workers, the driver.
+type rig struct {
+	o       Options
+	dir     string
+	cluster *pgcluster.Cluster
+	dbURL   string
+	pool    *pgxpool.Pool
+	e       *engine.Engine
+	w       *workload
+	workers []*worker
+	faults  faultLog
+
+	started, finished    atomic.Int64
+	open                 sync.Map // workflow ID of each run not finished yet
+	clientErrs, waitErrs atomic.Int64
+
+	mu             sync.Mutex
+	violations     []string
+	waitErrExample string
+}
+
+func (r *rig) violate(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.violations = append(r.violations, fmt.Sprintf(format, args...))
+}
+
+// Run runs the rig: a private PostgreSQL cluster, Workers worker
+// processes, the workload and the faults; then it checks the database and
+// the logs, and reports. An error means the rig itself could not run; what
+// the engine got wrong is in the report's Violations.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	r := &rig{o: o, dir: o.Dir}
+	if r.dir == "" {
+		if r.dir, err = os.MkdirTemp("", "durable-chaos-"); err != nil {
+			return nil, fmt.Errorf("chaos: %w", err)
+		}
+	} else if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	if err := r.setUp(ctx); err != nil {
+		r.tearDown()
+		return nil, err
+	}
+	defer r.tearDown()
+
+	in := &injector{
+		o: o, workers: r.workers, cluster: r.cluster, pool: r.pool, dbName: "chaos", log: &r.faults,
+		rng: rand.New(rand.NewPCG(o.Seed, 1)),
+		errf: func(format string, args ...any) {
+			r.violate("rig: "+format, args...)
+		},
+	}
+	for _, w := range r.workers {
+		if err := w.start(); err != nil {
+			return nil, err
+		}
+	}
+
+	faultCtx, stopFaults := context.WithCancel(ctx)
+	defer stopFaults()
+	injected := make(chan struct{})
+	go func() {
+		defer close(injected)
+		in.run(faultCtx)
+	}()
+	progressCtx, stopProgress := context.WithCancel(ctx)
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		r.progress(progressCtx, began)
+	}()
+	defer func() { stopProgress(); <-progressDone }()
+
+	driveCtx, stopDriving := context.WithCancel(ctx)
+	defer stopDriving()
+	var drivers sync.WaitGroup
+	sem := make(chan struct{}, o.InFlight)
+produce:
+	for seq := 1; ; seq++ {
+		// Go on until the duration is over, the workflows started and
+		// every fault happened; the last for at most twice the duration.
+		if elapsed := time.Since(began); elapsed >= o.Duration && seq > o.Workflows && (in.allInjected() || elapsed >= 3*o.Duration) {
+			break
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			break produce
+		}
+		drivers.Go(func() {
+			defer func() { <-sem }()
+			r.drive(driveCtx, seq)
+		})
+	}
+	stopFaults()
+	<-injected
+	o.Logf("chaos: faults stopped after %s; draining %d open workflows", time.Since(began).Round(time.Second), r.started.Load()-r.finished.Load())
+
+	drained := make(chan struct{})
+	go func() { drivers.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(o.DrainTimeout):
+		r.violate("lost: %d workflows did not finish within %s after the faults stopped%s",
+			r.started.Load()-r.finished.Load(), o.DrainTimeout, r.describeOpen(ctx))
+		stopDriving()
+		<-drained
+	case <-ctx.Done():
+		stopDriving()
+		<-drained
+		return nil, ctx.Err()
+	}
+	for _, w := range r.workers {
+		if err := w.stop(15 * time.Second); err != nil {
+			r.violate("%v", err)
+		}
+	}
+	return r.report(ctx, began)
+}
+
+func (r *rig) setUp(ctx context.Context) error {
+	var err error
+	r.cluster, err = pgcluster.New(ctx, pgcluster.Options{})
+	if err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	if r.dbURL, err = r.cluster.CreateDatabase(ctx, "chaos"); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	pcfg, err := pgxpool.ParseConfig(r.dbURL)
+	if err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	pcfg.MaxConns = 16
+	pcfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	if r.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	logf, err := os.OpenFile(filepath.Join(r.dir, "driver.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(logf, nil)).With(slog.Int("pid", os.Getpid()), slog.String("role", "driver"))
+	r.w = &workload{pool: r.pool, pid: os.Getpid(), log: log, lease: r.o.Lease}
+	// The driver only starts, signals and waits: it never calls Run.
+	if r.e, err = engine.New(r.pool, engine.Options{Logger: log, PollInterval: r.o.PollInterval}); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	if err := r.w.register(r.e); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	if _, err := r.pool.Exec(ctx, schemaSQL); err != nil {
+		return fmt.Errorf("chaos: create the rig's tables: %w", err)
+	}
+	for i := range r.o.Workers {
+		cfg, err := json.Marshal(workerConfig{
+			Slot: i, DatabaseURL: r.dbURL, LogPath: r.workerLog(i), Lease: r.o.Lease,
+			PollInterval: r.o.PollInterval, Concurrency: r.o.Concurrency,
+		})
+		if err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
+		r.workers = append(r.workers, &worker{
+			slot: i, cmdPath: r.o.WorkerCommand[0], cmdArgs: r.o.WorkerCommand[1:],
+			env:    append(os.Environ(), workerEnv+"="+string(cfg)),
+			stderr: r.workerStderr(i),
+			surprise: func(slot, pid int, err error) {
+				r.violate("worker %d (pid %d) exited without being killed: %v; see %s", slot, pid, err, r.workerStderr(slot))
+				if err := r.workers[slot].start(); err != nil {
+					r.violate("rig: restart worker %d: %v", slot, err)
+				}
+			},
+		})
+	}
+	return nil
+}
+
+func (r *rig) workerLog(slot int) string {
+	return filepath.Join(r.dir, fmt.Sprintf("worker-%d.log", slot))
+}
+func (r *rig) workerStderr(slot int) string {
+	return filepath.Join(r.dir, fmt.Sprintf("worker-%d.stderr", slot))
+}
+
+func (r *rig) tearDown() {
+	for _, w := range r.workers {
+		w.kill(false)
+	}
+	if r.pool != nil {
+		r.pool.Close()
+	}
+	if r.cluster != nil {
+		// Keep the server's log with the others.
+		_ = os.WriteFile(filepath.Join(r.dir, "postgres.log"), []byte(r.cluster.LogTail(1<<30)), 0o644)
+		if err := r.cluster.Close(); err != nil {
+			r.o.Logf("chaos: %v", err)
+		}
+	}
+}
+
+func (r *rig) progress(ctx context.Context, began time.Time) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		counts := map[FaultKind]int{}
+		for _, f := range r.faults.all() {
+			counts[f.Kind]++
+		}
+		r.o.Logf("chaos: %3ds started %d finished %d faults %v", int(time.Since(began).Seconds()), r.started.Load(), r.finished.Load(), counts)
+	}
+}
+
+// drive runs one workflow from the client's side: record it, start it,
+// send its signals, wait for its result. Every call is retried until it
+// works: the database may be down or the connection killed.
+func (r *rig) drive(ctx context.Context, seq int) {
+	rng := rand.New(rand.NewPCG(r.o.Seed, uint64(seq)+2))
+	in := newInput(rng, seq)
+	id := fmt.Sprintf("chaos-%06d", seq)
+	raw, err := json.Marshal(in)
+	if err != nil {
+		r.violate("rig: encode input: %v", err)
+		return
+	}
+	if !r.retry(ctx, func(ctx context.Context) error {
+		_, err := r.pool.Exec(ctx, `INSERT INTO chaos_workflows (workflow_id, input) VALUES ($1, $2) ON CONFLICT DO NOTHING`, id, raw)
+		return err
+	}) {
+		return
+	}
+	var run *engine.Run[FlowResult]
+	if !r.retry(ctx, func(ctx context.Context) error {
+		var err error
+		run, err = engine.Start(ctx, r.e, r.w.Flow, in, engine.StartOptions{ID: id})
+		return err
+	}) {
+		return
+	}
+	r.started.Add(1)
+	r.open.Store(id, true)
+	defer r.open.Delete(id)
+	for i, v := range in.Signals {
+		sleepCtx(ctx, time.Duration(rng.IntN(400))*time.Millisecond)
+		if !r.retry(ctx, func(ctx context.Context) error {
+			err := engine.Signal(ctx, r.e, id, signalName, Signal{Index: i, Value: v})
+			if errors.Is(err, engine.ErrRunClosed) || errors.Is(err, engine.ErrRunNotFound) {
+				r.violate("workflow %s: signal %d: %v (the run waits for every signal, so it must be open)", id, i, err)
+				return nil
+			}
+			return err
+		}) {
+			return
+		}
+	}
+	for {
+		_, err := run.Result(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		var we *engine.WorkflowError
+		if errors.As(err, &we) {
+			break // the checker reports it
+		}
+		// A waiter that gives up on a database error: count it, wait again.
+		if r.waitErrs.Add(1) == 1 {
+			r.mu.Lock()
+			r.waitErrExample = err.Error()
+			r.mu.Unlock()
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
+	r.finished.Add(1)
+}
+
+// describeOpen describes a few of the workflows still open, for the report.
+func (r *rig) describeOpen(ctx context.Context) string {
+	var b strings.Builder
+	n := 0
+	r.open.Range(func(k, _ any) bool {
+		id := k.(string)
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		info, err := r.e.Describe(dctx, id)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(&b, "\n  %s: describe: %v", id, err)
+		} else {
+			fmt.Fprintf(&b, "\n  %s: run %s %s, %d events, task error %q (%d attempts), pending activities %+v, pending timers %+v",
+				id, info.RunID, info.Status, info.LastEventID, info.TaskError, info.TaskAttempts, info.PendingActivities, info.PendingTimers)
+		}
+		n++
+		return n < 5
+	})
+	return b.String()
+}
+
+// retry calls fn until it succeeds, backing off; false if ctx ended.
+func (r *rig) retry(ctx context.Context, fn func(context.Context) error) bool {
+	backoff := 50 * time.Millisecond
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := fn(cctx)
+		cancel()
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		r.clientErrs.Add(1)
+		if !sleepCtx(ctx, backoff) {
+			return false
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// report checks the database and the logs, and puts the report together.
+func (r *rig) report(ctx context.Context, began time.Time) (*Report, error) {
+	var logs []string
+	for i := range r.workers {
+		logs = append(logs, r.workerLog(i))
+	}
+	wl, err := readWorkerLogs(logs)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	faults := r.faults.all()
+	sortFaults(faults)
+	f, err := check(ctx, r.pool, faults, wl, r.o.Lease)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: check: %w", err)
+	}
+	rep := &Report{
+		Findings: f, Seed: r.o.Seed, Dir: r.dir, Workers: r.o.Workers,
+		StaleWrites: wl.staleTotal(), StaleByWrite: wl.stale, StaleMetricOfStopped: wl.staleMetric, StaleLogOfStopped: wl.staleOfStopped,
+		ClientRetries: int(r.clientErrs.Load()), ResultWaitErrors: int(r.waitErrs.Load()),
+		LogLines: wl.lines, EngineErrors: len(wl.errors),
+	}
+	for pid, p := range wl.procs {
+		rep.RetryLogLines += p.retries
+		// A process should log about one line per outage it lived through
+		// (a killed connection is a short outage), not one per retry.
+		outages := 0
+		for _, f := range faults {
+			switch f.Kind {
+			case FaultStopFast, FaultStopCrash, FaultConnKill:
+				if !f.Until.Before(p.first.Add(-time.Second)) && !f.At.After(p.last.Add(time.Second)) {
+					outages++
+				}
+			}
+		}
+		if limit := 3*outages + 3; p.retries > limit {
+			r.violate("log flood: worker pid %d logged %d lines about the database being away in %d outages (at most %d expected: one per outage)", pid, p.retries, outages, limit)
+		}
+	}
+	rep.EngineErrorsFromDB = wl.dbErrors
+	if wl.dbErrors > 0 {
+		rep.EngineErrorFromDBExample = wl.dbErrorExample
+	}
+	for _, ft := range faults {
+		switch ft.Kind {
+		case FaultKill:
+			rep.Kills++
+		case FaultKillAll:
+			rep.KillAllProcesses++
+		case FaultPause:
+			rep.Pauses++
+			if ft.Targeted {
+				rep.TargetedPauses++
+			}
+		case FaultStopFast:
+			rep.PGStopsFast++
+		case FaultStopCrash:
+			rep.PGStopsImmediate++
+		case FaultConnKill:
+			rep.ConnKills++
+			rep.ConnectionsKilled += ft.N
+		}
+	}
+	rep.PGRestarts = rep.PGStopsFast + rep.PGStopsImmediate
+	for _, st := range wl.staleAt {
+		for _, f := range faults {
+			// A write a paused worker made after it was resumed.
+			if f.Kind == FaultPause && f.PID == st.pid && !st.at.Before(f.At) && st.at.Sub(f.Until) < 10*time.Second {
+				rep.ZombieWritesRejected++
+				break
+			}
+		}
+	}
+	rep.KillAlls = countDistinctAt(faults, FaultKillAll)
+	for i := range r.workers {
+		b, err := os.ReadFile(r.workerStderr(i))
+		if err != nil {
+			continue
+		}
+		for _, bad := range []string{"WARNING: DATA RACE", "panic:", "fatal error:"} {
+			if n := strings.Count(string(b), bad); n > 0 {
+				r.violate("worker %d: %q %d times in %s", i, bad, n, r.workerStderr(i))
+			}
+		}
+	}
+	for _, e := range wl.errors {
+		r.violate("engine logged an error: %.500s", e)
+	}
+	r.mu.Lock()
+	rep.Violations = append(r.violations, rep.Violations...)
+	rep.ResultWaitErrorExample = r.waitErrExample
+	r.mu.Unlock()
+	rep.Elapsed = time.Since(began)
+	if err := os.WriteFile(filepath.Join(r.dir, "report.txt"), []byte(rep.Table()+rep.JSON()+"\n"), 0o644); err != nil {
+		return rep, fmt.Errorf("chaos: %w", err)
+	}
+	return rep, nil
+}
+
+// countDistinctAt counts the distinct times of faults of a kind (a kill of
+// all workers is one fault per process, all at one time).
+func countDistinctAt(fs []Fault, kind FaultKind) int {
+	seen := map[time.Time]bool{}
+	for _, f := range fs {
+		if f.Kind == kind {
+			seen[f.At] = true
+		}
+	}
+	return len(seen)
+}
