@@ -27,6 +27,11 @@ const (
 // history events: delivered in the order sent, never lost, whether or not
 // the workflow waits for them yet (workflow.GetSignalChannel). A workflow
 // ID with no open run is an error: ErrRunNotFound or ErrRunClosed.
+//
+// An error does not always mean that the signal was not delivered: a timeout
+// may come after it was recorded, and sending it again then delivers it
+// twice. A workflow that must act on a signal once gives each signal an ID
+// in its payload and ignores an ID it has seen.
 func Signal[T any](ctx context.Context, e *Engine, workflowID, name string, v T) error {
 	return sendSignal(ctx, e, e.store, false, workflowID, name, v)
 }

@@ -63,6 +63,12 @@ type Run[Out any] struct {
 // Start starts a run of the workflow wf with input in, or returns the open run
 // with the same workflow ID. It returns once the run is durably recorded; a
 // worker (of this or another engine) then runs it.
+//
+// An error does not always mean that no run started: a timeout may come
+// after the run was recorded. Retrying with the same StartOptions.ID returns
+// that run (Existing) while it is open; with RejectIfRunning the retry gets
+// ErrAlreadyRunning instead, and once the run has closed a retry starts
+// another.
 func Start[In, Out any](ctx context.Context, e *Engine, wf func(workflow.Context, In) (Out, error), in In, o StartOptions) (*Run[Out], error) {
 	return start[Out](ctx, e, e.store, false, wf, in, o)
 }

@@ -268,6 +268,11 @@ func (s *Store) EnqueueJob(ctx context.Context, in store.EnqueueJobParams) (int6
 		return 0, false, fmt.Errorf("enqueue job %s: %w", t.Activity, err)
 	}
 	err = s.db.QueryRow(ctx, `SELECT id FROM durable_activity_tasks WHERE idempotency_key = $1`, t.IdempotencyKey).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The pending job finished between our insert and this read: its
+		// key is free again, so try once more.
+		return s.EnqueueJob(ctx, in)
+	}
 	if err != nil {
 		return 0, false, fmt.Errorf("enqueue job %s: find the pending job with key %q: %w", t.Activity, t.IdempotencyKey, err)
 	}

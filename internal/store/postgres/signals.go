@@ -71,11 +71,47 @@ func (s *Store) noOpenRun(ctx context.Context, workflowID string) error {
 	return store.ErrRunClosed
 }
 
-// openRunSQL finds the open run of a workflow ID and locks it.
-const openRunSQL = `
+// Terminating a run deletes its tasks, so it locks them before the run row,
+// in the order the writers that hold them do: a workflow-task commit locks
+// its task row and then the run; an activity outcome deletes its task and
+// then updates the run. Locking the run first deadlocks with either.
+const (
+	// openRunSQL finds the open run of a workflow ID, without locking it.
+	openRunSQL = `
 SELECT run_id::text, coalesce(parent_run_id::text, '') FROM durable_runs
-WHERE workflow_id = $1 AND status = 'running'
-FOR UPDATE`
+WHERE workflow_id = $1 AND status = 'running'`
+	lockWorkflowTaskSQL  = `SELECT 1 FROM durable_workflow_tasks WHERE run_id = $1 FOR UPDATE`
+	lockActivityTasksSQL = `SELECT 1 FROM durable_activity_tasks WHERE run_id = $1 ORDER BY id FOR UPDATE`
+	// lockRunSQL locks the run last, and says whether it is still open.
+	lockRunSQL = `SELECT count(*) FROM (SELECT 1 FROM durable_runs WHERE run_id = $1 AND status = 'running' FOR UPDATE) r`
+)
+
+// lockOpenRun finds the open run of a workflow ID and locks its tasks and
+// then the run, or returns an empty runID if there is no open run.
+func lockOpenRun(ctx context.Context, tx pgx.Tx, workflowID string) (runID, parentRunID string, err error) {
+	for {
+		err := tx.QueryRow(ctx, openRunSQL, workflowID).Scan(&runID, &parentRunID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return "", "", nil
+		}
+		if err != nil {
+			return "", "", err
+		}
+		for _, sql := range []string{lockWorkflowTaskSQL, lockActivityTasksSQL} {
+			if _, err := tx.Exec(ctx, sql, runID); err != nil {
+				return "", "", err
+			}
+		}
+		var open int
+		if err := tx.QueryRow(ctx, lockRunSQL, runID).Scan(&open); err != nil {
+			return "", "", err
+		}
+		if open == 1 {
+			return runID, parentRunID, nil
+		}
+		// It closed meanwhile; a continuation may be open now.
+	}
+}
 
 // TerminateRun implements store.Store.
 func (s *Store) TerminateRun(ctx context.Context, in store.TerminateParams) (store.Ready, error) {
@@ -83,11 +119,8 @@ func (s *Store) TerminateRun(ctx context.Context, in store.TerminateParams) (sto
 	var runID, parentRunID string
 	closed := &store.CloseRun{Status: store.StatusTerminated, Failure: &history.Failure{Message: "terminated: " + in.Reason, Class: "terminated"}}
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, openRunSQL, in.WorkflowID).Scan(&runID, &parentRunID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
+		var err error
+		if runID, parentRunID, err = lockOpenRun(ctx, tx, in.WorkflowID); err != nil || runID == "" {
 			return err
 		}
 		var n int
