@@ -146,6 +146,7 @@ func (h *heartbeater) beat(ctx context.Context, details []byte) error {
 	})
 	if errors.Is(err, store.ErrLeaseLost) {
 		h.e.metrics.staleWrites.WithLabelValues("heartbeat").Inc()
+		h.e.log.LogAttrs(ctx, slog.LevelWarn, "heartbeat refused: the task was claimed again; this attempt stops", h.attrs...)
 		h.cancel(store.ErrLeaseLost)
 		return fmt.Errorf("activity %s attempt %d: the task was claimed again; stop: %w", h.t.Activity, h.t.Attempt, err)
 	}

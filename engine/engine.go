@@ -229,13 +229,6 @@ func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
 		metrics:    newMetrics(),
 		tracer:     newTracer(opts.TracerProvider),
 	}
-	if opts.Registerer != nil {
-		for _, c := range e.metrics.collectors() {
-			if err := opts.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("engine: register metrics: %w", err)
-			}
-		}
-	}
 	if opts.wrapStorage != nil {
 		e.store = opts.wrapStorage(e.store)
 	}
@@ -251,12 +244,34 @@ func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
 		if want := postgres.SchemaVersion(); v != want {
 			return nil, fmt.Errorf("engine: schema is at version %d, this build needs %d: run `durable migrate`", v, want)
 		}
-		return e, nil
-	}
-	if _, err := postgres.Migrate(ctx, pool); err != nil {
+	} else if _, err := postgres.Migrate(ctx, pool); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
+	// Metrics last: a New that failed above (the database down, say) leaves
+	// the registry as it was, so it can simply be called again.
+	if err := e.registerMetrics(); err != nil {
+		return nil, err
+	}
 	return e, nil
+}
+
+// registerMetrics registers the engine's metrics on Options.Registerer, all
+// or none.
+func (e *Engine) registerMetrics() error {
+	r := e.opts.Registerer
+	if r == nil {
+		return nil
+	}
+	cs := e.metrics.collectors()
+	for i, c := range cs {
+		if err := r.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				r.Unregister(done)
+			}
+			return fmt.Errorf("engine: register metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 // ErrNoDatabase is returned by an engine made with NewReplayer for anything

@@ -44,8 +44,10 @@ func (e *injectedError) Error() string {
 	return fmt.Sprintf("injected fault: %s: timeout before the statement ran", e.method)
 }
 
-// Timeout makes it look like a network timeout to whoever asks.
-func (e *injectedError) Timeout() bool { return true }
+// Timeout and Temporary make it a net.Error, a network timeout to whoever
+// asks.
+func (e *injectedError) Timeout() bool   { return true }
+func (e *injectedError) Temporary() bool { return true }
 
 func isInjected(err error) bool {
 	var ie *injectedError

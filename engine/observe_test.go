@@ -223,3 +223,21 @@ func TestReplayedWorkflowCodeLogsNothing(t *testing.T) {
 	require.Equal(t, 1, strings.Count(logs.String(), "sleeping a week"), "the line is logged once:\n%s", logs.String())
 	require.Contains(t, logs.String(), "run_id="+r.RunID, "the workflow logger carries the run")
 }
+
+// A New that fails (here: the schema is not there and SkipMigrate is set)
+// registers nothing, so the same registry takes the next New.
+func TestFailedNewLeavesTheRegistryAlone(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	pool := newPool(t, pgtest.EmptyDatabase(t))
+	_, err := engine.New(pool, engine.Options{Registerer: reg, SkipMigrate: true, Logger: quietLogger()})
+	require.ErrorContains(t, err, "run `durable migrate`")
+	n, err := testutil.GatherAndCount(reg)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing registered")
+
+	_, err = engine.New(pool, engine.Options{Registerer: reg, Logger: quietLogger()})
+	require.NoError(t, err, "the retry registers")
+	_, err = engine.New(pool, engine.Options{Registerer: reg, Logger: quietLogger()})
+	require.ErrorContains(t, err, "register metrics", "a second engine on one registry is an error")
+}

@@ -186,17 +186,34 @@ func (e *WorkflowError) Error() string {
 	return fmt.Sprintf("workflow %s (run %s) failed: %s", e.WorkflowID, e.RunID, e.Failure.Message)
 }
 
+// resultRetryMin is the first wait of Result after the database failed to
+// answer; the waits double up to Options.PollInterval.
+const resultRetryMin = 50 * time.Millisecond
+
 // Result waits until the run closes and returns its result, or a
 // *WorkflowError if it failed, was canceled or terminated. A run that
-// continued as new is followed to the run that continues it. It waits on a notification, not a poll; a slow
-// poll (Options.PollInterval) backs it up. Cancel ctx to stop waiting.
+// continued as new is followed to the run that continues it. It waits on a
+// notification, not a poll; a slow poll (Options.PollInterval) backs it up.
+// While the database is unreachable it keeps asking, with backoff. Cancel
+// ctx to stop waiting.
 func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 	var out Out
 	runID := r.RunID
 	sub := r.e.hub.subscribeRun(ctx, runID)
 	defer func() { sub.close() }()
+	backoff := resultRetryMin
 	for {
 		run, err := r.e.store.GetRun(ctx, runID)
+		if transient(err) && ctx.Err() == nil {
+			// The database is unreachable for now: the run goes on
+			// without us, so wait and ask again, until ctx says stop.
+			if !sleepCtx(ctx, backoff) {
+				return out, ctx.Err()
+			}
+			backoff = min(2*backoff, max(r.e.opts.PollInterval, resultRetryMin))
+			continue
+		}
+		backoff = resultRetryMin
 		if err == nil && run.Status == store.StatusRunning {
 			// Wait for the close, here or elsewhere, or the backstop poll.
 			t := time.NewTimer(r.e.opts.PollInterval)
@@ -229,6 +246,13 @@ func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 		case store.StatusContinuedAsNew:
 			// Follow the workflow ID to the run that continues this one.
 			next, err := r.e.store.GetRunByWorkflowID(ctx, r.WorkflowID)
+			if transient(err) && ctx.Err() == nil {
+				if !sleepCtx(ctx, backoff) {
+					return out, ctx.Err()
+				}
+				backoff = min(2*backoff, max(r.e.opts.PollInterval, resultRetryMin))
+				continue
+			}
 			if err != nil {
 				return out, fmt.Errorf("result of run %s: follow continue-as-new: %w", runID, err)
 			}

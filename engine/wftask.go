@@ -80,7 +80,7 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 	// before it, there is nothing else to read.
 	events, err := t.Events, error(nil)
 	if len(events) == 0 || events[0].ID != x.LastEventID()+1 {
-		events, err = e.store.ListEvents(ctx, t.RunID, x.LastEventID())
+		events, err = e.readEvents(ctx, t.RunID, x.LastEventID())
 	}
 	before := x.LastEventID() // the history this worker had seen
 	if !cached {
@@ -96,6 +96,13 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 	if err != nil {
 		x.Close()
 		spanErr = err
+		if transient(err) {
+			// Not the run's fault: the task returns when its lease ends,
+			// without counting as a failure.
+			e.log.LogAttrs(ctx, slog.LevelWarn, "read history failed; the task returns when its lease ends",
+				append(attrs, slog.String("error", err.Error()))...)
+			return
+		}
 		e.failWorkflowTask(ctx, t, attrs, err)
 		return
 	}
@@ -221,6 +228,20 @@ func (e *Engine) failWorkflowTask(ctx context.Context, t store.WorkflowTask, att
 	} else if err != nil {
 		e.log.LogAttrs(ctx, slog.LevelWarn, "record workflow task failure; the task returns when its lease ends",
 			append(attrs, slog.String("error", err.Error()))...)
+	}
+}
+
+// readEvents reads a run's events after afterID, retrying for a while if
+// the database does not answer (a killed connection, a restart).
+func (e *Engine) readEvents(ctx context.Context, runID string, afterID int64) ([]history.Event, error) {
+	wait := 20 * time.Millisecond
+	deadline := time.Now().Add(e.opts.WorkflowTaskLease / 2)
+	for {
+		events, err := e.store.ListEvents(ctx, runID, afterID)
+		if !transient(err) || time.Now().Add(wait).After(deadline) || !sleepCtx(ctx, wait) {
+			return events, err
+		}
+		wait = min(2*wait, time.Second)
 	}
 }
 

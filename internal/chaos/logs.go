@@ -24,9 +24,7 @@ type logLine struct {
 
 // staleKind returns the write a log line says was refused by fencing, or
 // "" if it says no such thing. These are the engine's Warn lines at each
-// rejection, and for heartbeats (which the engine returns to the activity
-// rather than logs) the workload's own; durable_stale_writes_rejected_total
-// counts the same writes.
+// rejection; durable_stale_writes_rejected_total counts the same writes.
 func staleKind(msg string) string {
 	switch {
 	case msg == "workflow task lease lost; its commit was refused":

@@ -13,7 +13,6 @@ import (
 
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/engine"
-	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -197,12 +196,7 @@ func (w *workload) Beat(ctx context.Context, in BeatInput) (int64, error) {
 	end := started.Add(time.Duration(in.DurationMS) * time.Millisecond)
 	for i := 0; time.Now().Before(end); i++ {
 		if err := activity.RecordHeartbeat(ctx, i); err != nil {
-			if errors.Is(err, store.ErrLeaseLost) {
-				info := activity.GetInfo(ctx)
-				w.log.LogAttrs(ctx, slog.LevelWarn, msgHeartbeatRefused, slog.String("key", info.IdempotencyKey),
-					slog.Int("attempt", info.Attempt), slog.String("error", err.Error()))
-			}
-			return 0, err
+			return 0, err // the engine logs a refused heartbeat (msgHeartbeatRefused)
 		}
 		if !sleepCtx(ctx, 20*time.Millisecond) {
 			return 0, ctx.Err()
@@ -253,14 +247,13 @@ func (w *workload) record(ctx context.Context, kind string, started time.Time) e
 	return nil
 }
 
-// Messages the activities log. msgWriteFailed: a write failed, and may have
-// committed all the same, so a second execution is explained.
-// msgHeartbeatRefused: fencing refused a heartbeat (the task was claimed
-// again); the engine counts it in durable_stale_writes_rejected_total but
-// only returns it to the activity.
+// msgWriteFailed is what the activities log when a write failed, and may
+// have committed all the same, so a second execution is explained.
+// msgHeartbeatRefused is the engine's line for a heartbeat that fencing
+// refused (the task was claimed again).
 const (
 	msgWriteFailed      = "chaos: activity write failed"
-	msgHeartbeatRefused = "chaos: heartbeat refused: the task was claimed again"
+	msgHeartbeatRefused = "heartbeat refused: the task was claimed again; this attempt stops"
 )
 
 func (w *workload) logWriteFailure(ctx context.Context, what string, err error) {

@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/codec"
+	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/workflow"
+)
+
+func TestTransient(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&pgconn.PgError{Code: "57P01"}, true},  // terminated by an administrator
+		{&pgconn.PgError{Code: "08006"}, true},  // connection failure
+		{&pgconn.PgError{Code: "40P01"}, true},  // deadlock
+		{&pgconn.PgError{Code: "53300"}, true},  // too many clients
+		{&pgconn.PgError{Code: "23505"}, false}, // unique violation: an answer
+		{&pgconn.PgError{Code: "42P01"}, false}, // undefined table: an answer
+		{fmt.Errorf("get run: %w", pgconn.ErrConnClosed), true},
+		{fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true},
+		{context.DeadlineExceeded, true},
+		{context.Canceled, false},
+		{store.ErrNotFound, false},
+		{codec.ErrNoCodec, false},
+		{errors.New("decode event 2: unknown field"), false},
+		{nil, false},
+	} {
+		require.Equal(t, tc.want, transient(tc.err), "%v", tc.err)
+	}
+}
+
+func plusOne(_ workflow.Context, n int) (int, error) { return n + 1, nil }
+
+// Result asks again while the database does not answer, instead of giving
+// up on a run that goes on without it.
+func TestResultWaitsOutAnOutage(t *testing.T) {
+	t.Parallel()
+	inj := newFaultInjector(1, 0)
+	e, err := New(pgtest.Pool(t), Options{wrapStorage: inj.wrap, Logger: ambLogger(), PollInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, RegisterWorkflow(e, plusOne, WorkflowOptions{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := Start(ctx, e, plusOne, 41, StartOptions{})
+	require.NoError(t, err)
+
+	inj.force("GetRun", fateBefore, fateBefore, fateBefore, fateBefore) // the outage
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(runCtx) }()
+	defer func() { stop(); require.NoError(t, <-done) }()
+
+	got, err := r.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 42, got)
+	require.GreaterOrEqual(t, inj.calls["GetRun"], 5, "Result asked through the outage")
+}
+
+func napThenOne(ctx workflow.Context, n int) (int, error) {
+	if err := workflow.Sleep(ctx, 10*time.Millisecond); err != nil {
+		return 0, err
+	}
+	return n + 1, nil
+}
+
+// A history read that fails because the database does not answer is
+// retried, and is not a failure of the run's task.
+func TestHistoryReadWaitsOutAnOutage(t *testing.T) {
+	t.Parallel()
+	inj := newFaultInjector(1, 0)
+	log := &lockedBuffer{}
+	e, err := New(pgtest.Pool(t), Options{wrapStorage: inj.wrap, Logger: slog.New(slog.NewTextHandler(log, nil)),
+		PollInterval: 100 * time.Millisecond, WorkflowTaskLease: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, RegisterWorkflow(e, napThenOne, WorkflowOptions{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(runCtx) }()
+	defer func() { stop(); require.NoError(t, <-done) }()
+
+	// The run leaves the cache while it sleeps, so the task after the
+	// timer reads the history: the first three reads fail.
+	inj.force("ListEvents", fateBefore, fateBefore, fateBefore)
+	r, err := Start(ctx, e, napThenOne, 1, StartOptions{})
+	require.NoError(t, err)
+	got, err := r.Result(ctx) // well before the one-minute lease
+	require.NoError(t, err)
+	require.Equal(t, 2, got)
+	inj.mu.Lock()
+	calls := inj.calls["ListEvents"]
+	inj.mu.Unlock()
+	require.GreaterOrEqual(t, calls, 4, "the read was retried")
+	require.NotContains(t, log.String(), "workflow task failed")
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a test to share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
