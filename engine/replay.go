@@ -21,6 +21,12 @@ import (
 // history recorded, what the code did and where. Use it in tests, with
 // histories recorded from production, before deploying changed workflow
 // code.
+//
+// A history may end open, closed by the code (completed, failed, canceled,
+// continued as new: the code must then give no command past the end), or
+// terminated: Terminate closes a run from outside, wherever its code was,
+// so commands the code gives past that point were never recorded and are
+// not compared.
 func (e *Engine) Replay(ctx context.Context, h history.History) error {
 	x, err := e.replayed(ctx, h)
 	if err != nil {
@@ -30,6 +36,8 @@ func (e *Engine) Replay(ctx context.Context, h history.History) error {
 	last := h.Events[len(h.Events)-1]
 	switch last.Attributes.(type) {
 	case history.WorkflowCompleted, history.WorkflowFailed, history.WorkflowCanceled, history.WorkflowContinuedAsNew:
+		// Closed by the code's own command. (WorkflowTerminated is not here:
+		// see above.)
 		if cmds := x.TakeCommands(); len(cmds) > 0 {
 			return &workflow.NonDeterminismError{
 				RunID: h.RunID, EventID: last.ID + 1,

@@ -38,6 +38,7 @@ type executor struct {
 
 	cancelRequested bool
 	cancelReason    string
+	terminated      bool // history ends in WorkflowTerminated
 	children        bool // the run started child workflows
 
 	now          time.Time
@@ -94,6 +95,9 @@ func (x *executor) OnlyTimers() bool {
 func (x *executor) Close() { x.d.close() }
 
 func (x *executor) TakeCommands() []history.Attributes {
+	if x.terminated {
+		return nil // the run is closed: nothing more is recorded
+	}
 	var out []history.Attributes
 	for _, c := range x.pending {
 		if !c.sent {
@@ -127,6 +131,9 @@ func (x *executor) Apply(events []history.Event, replayedUpTo int64) error {
 }
 
 func (x *executor) apply(ev history.Event) error {
+	if x.terminated {
+		return fmt.Errorf("run %s: event %d (%s) comes after the run was terminated", x.opts.RunID, ev.ID, ev.Type())
+	}
 	x.replaying = ev.ID <= x.replayedUpTo
 	x.current = ev.ID
 	if ev.Attributes.IsCommand() {
@@ -194,6 +201,13 @@ func (x *executor) apply(ev history.Event) error {
 			return err
 		}
 		f.settle(nil, nil)
+	case history.WorkflowTerminated:
+		// Written from outside (Engine.Terminate, a parent's close policy),
+		// not by the code: the run ends here, wherever its code was. It
+		// delivers nothing, so no code runs; commands the code gave that
+		// history does not hold were never committed, and are not given.
+		x.terminated = true
+		return nil
 	default:
 		return fmt.Errorf("run %s: event %d: %s is not handled by this version of durable", x.opts.RunID, ev.ID, ev.Type())
 	}
@@ -315,12 +329,17 @@ func describeEvent(a history.Attributes) string {
 		return fmt.Sprintf("ChildWorkflowFailed(seq %d): %s", a.Seq, a.Failure.Message)
 	case history.WorkflowCancelRequested:
 		return fmt.Sprintf("WorkflowCancelRequested: %s", a.Reason)
+	case history.WorkflowTerminated:
+		return fmt.Sprintf("WorkflowTerminated: %s", a.Reason)
 	}
 	return a.EventType()
 }
 
 // Pending describes what the run waits for.
 func (x *executor) Pending() []string {
+	if x.terminated {
+		return nil
+	}
 	seqs := make([]int64, 0, len(x.futures))
 	for seq := range x.futures {
 		seqs = append(seqs, seq)
