@@ -110,11 +110,28 @@ WITH lock AS (
 
 // commitWorkflowTaskSQL does all of a workflow task's effects in one
 // statement. It locks the task row first (so a claim cannot slip in), then
-// the run row (the order activity completions also follow: run, then task),
-// appends the events after whatever the history holds now, creates activity
-// tasks and timers, and either deletes the task or, if events arrived while
-// it ran, makes it ready again.
-const commitWorkflowTaskSQL = commitLockCTE + `, run AS (
+// the activity tasks it deletes (all of them if it closes the run, the
+// canceled ones otherwise), then the run row, appends the events after
+// whatever the history holds now, creates activity tasks and timers, and
+// either deletes the task or, if events arrived while it ran, makes it
+// ready again.
+//
+// That is the order lockOpenRun (Terminate) takes: workflow task, activity
+// tasks by id, run. An activity outcome deletes its task and then updates
+// the run, so a commit that held the run while it waited for that task
+// would deadlock with it; waiting for the task before the run, it cannot.
+// Activity outcomes insert the workflow task with ON CONFLICT DO NOTHING,
+// which does not wait for the lock this commit holds on it.
+const commitWorkflowTaskSQL = commitLockCTE + `, acts_locked AS (
+    -- The activity tasks cact deletes; a commit that deletes none (timers
+    -- only) does not even look.
+    SELECT a.id FROM durable_activity_tasks a, lock
+    WHERE (@close_status::text IS NOT NULL OR cardinality(@canceled_acts::bigint[]) > 0)
+      AND a.run_id = lock.run_id
+      AND (@close_status::text IS NOT NULL OR a.seq = ANY(@canceled_acts::bigint[]))
+    ORDER BY a.id
+    FOR UPDATE OF a
+), run AS (
     UPDATE durable_runs r
     SET next_event_id = r.next_event_id + cardinality(@types::text[]),
         processed_event_id = @processed,
@@ -125,6 +142,9 @@ const commitWorkflowTaskSQL = commitLockCTE + `, run AS (
         closed_at = CASE WHEN @close_status::text IS NULL THEN NULL ELSE @now::timestamptz END
     FROM lock
     WHERE r.run_id = lock.run_id AND r.status = 'running'
+      -- Always true; it makes the activity tasks locked before the run row
+      -- (a condition on no row of the UPDATE, evaluated before its scan).
+      AND (SELECT count(*) FROM acts_locked) >= 0
     RETURNING r.run_id, r.queue, r.workflow_id, r.workflow_type, r.input, r.trace_context,
         r.parent_run_id, r.parent_seq, r.parent_close_policy,
         r.next_event_id - cardinality(@types::text[]) AS first_id
