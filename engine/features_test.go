@@ -15,6 +15,7 @@ import (
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/durabletest"
 	"github.com/durable-go/durable/engine"
+	"github.com/durable-go/durable/internal/syncbuf"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -333,7 +334,7 @@ func TestQueryAnswersWhileTheRunSleepsAndWritesNothing(t *testing.T) {
 
 func TestLongHistoryWarns(t *testing.T) {
 	t.Parallel()
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	env := durabletest.New(t, durabletest.Options{Engine: engine.Options{
 		HistoryWarnEvents: 10, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 	}})

@@ -1,12 +1,10 @@
 package engine_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +19,7 @@ import (
 	"github.com/durable-go/durable/durabletest"
 	"github.com/durable-go/durable/engine"
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/syncbuf"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -187,27 +186,9 @@ func TestOneTraceAcrossAWeekOfSleep(t *testing.T) {
 	require.Equal(t, "1", attrs["durable.attempt"])
 }
 
-// logBuffer collects log output safely.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestReplayedWorkflowCodeLogsNothing(t *testing.T) {
 	t.Parallel()
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	// The run leaves the cache while it sleeps, so the code after the week
 	// runs on a replay that passes the log line again.
 	env := durabletest.New(t, durabletest.Options{Engine: engine.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))}})

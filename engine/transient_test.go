@@ -1,13 +1,11 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/syncbuf"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -84,7 +83,7 @@ func napThenOne(ctx workflow.Context, n int) (int, error) {
 func TestHistoryReadWaitsOutAnOutage(t *testing.T) {
 	t.Parallel()
 	inj := newFaultInjector(1, 0)
-	log := &lockedBuffer{}
+	log := &syncbuf.Buffer{}
 	e, err := New(pgtest.Pool(t), Options{wrapStorage: inj.wrap, Logger: slog.New(slog.NewTextHandler(log, nil)),
 		PollInterval: 100 * time.Millisecond, WorkflowTaskLease: time.Minute})
 	require.NoError(t, err)
@@ -109,22 +108,4 @@ func TestHistoryReadWaitsOutAnOutage(t *testing.T) {
 	inj.mu.Unlock()
 	require.GreaterOrEqual(t, calls, 4, "the read was retried")
 	require.NotContains(t, log.String(), "workflow task failed")
-}
-
-// lockedBuffer is a bytes.Buffer safe for a logger and a test to share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

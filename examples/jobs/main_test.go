@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,30 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for the jobs' concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestJobsProgramEndToEnd(t *testing.T) {
 	t.Parallel()
 	url := pgtest.Database(t)
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const rows = 20

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,25 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for the activities' concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // steps lists the activities named in the example's output, in order.
 func steps(out string) []string {
@@ -47,7 +28,7 @@ func steps(out string) []string {
 func TestOnboardingProgramEndToEnd(t *testing.T) {
 	t.Parallel()
 	url := pgtest.Database(t)
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	require.NoError(t, run(ctx, []string{"-db", url, "-week", "300ms", "-email", "grace@example.com"}, out))

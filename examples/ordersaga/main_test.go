@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,25 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for the activities' concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // did counts the output lines in which the activity did something: the
 // services' lines, indented, which start with the activity's name.
@@ -112,7 +93,7 @@ func TestOrderSagaProgram(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			url := pgtest.Database(t)
-			out := &syncBuffer{}
+			out := &syncbuf.Buffer{}
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			require.NoError(t, run(ctx, append([]string{"-db", url, "-order", "T-1"}, tt.args...), out))

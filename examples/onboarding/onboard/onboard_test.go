@@ -1,10 +1,8 @@
 package onboard
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,28 +10,11 @@ import (
 
 	"github.com/durable-go/durable/durabletest"
 	"github.com/durable-go/durable/engine"
+	"github.com/durable-go/durable/internal/syncbuf"
 )
 
 // The stand-in services are package state (Configure), so these subtests
 // run one after another.
-
-// syncBuffer is a bytes.Buffer safe for the activities' concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // steps lists the activities named in the services' output, in order.
 func steps(out string) []string {
@@ -57,7 +38,7 @@ func TestOnboardingWeekUnderTestEnv(t *testing.T) { //nolint:paralleltest // the
 		{"setup not completed", false, true, []string{"ChargeCard", "ProvisionAccount", "SendWelcomeEmail", "HasCompletedSetup", "SendNudgeEmail"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			out := &syncBuffer{}
+			out := &syncbuf.Buffer{}
 			Configure(out, tt.completed)
 			env := durabletest.New(t, durabletest.Options{})
 			require.NoError(t, Register(env.Engine))

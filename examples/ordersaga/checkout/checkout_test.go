@@ -1,11 +1,9 @@
 package checkout
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,25 +11,8 @@ import (
 
 	"github.com/durable-go/durable/durabletest"
 	"github.com/durable-go/durable/engine"
+	"github.com/durable-go/durable/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for the activities' concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // steps lists the activities named in the services' output, in order.
 func steps(out string) []string {
@@ -76,7 +57,7 @@ func TestPlaceOrder(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			out := &syncBuffer{}
+			out := &syncbuf.Buffer{}
 			env := durabletest.New(t, durabletest.Options{})
 			require.NoError(t, Register(env.Engine, &Activities{Out: out}))
 			env.Run()
