@@ -53,11 +53,17 @@ WITH run AS (
 )
 SELECT (SELECT queue FROM run), (SELECT queue FROM wt)`
 
+	// openChildrenSQL lists the open children a closing parent must
+	// terminate or cancel, without locking them (see "Lock order"), except
+	// those it has handled already.
 	openChildrenSQL = `
-SELECT run_id::text, parent_close_policy FROM durable_runs
-WHERE parent_run_id = @parent AND status = 'running'
-ORDER BY run_id
-FOR UPDATE`
+SELECT run_id::text, coalesce(parent_close_policy, '') FROM durable_runs
+WHERE parent_run_id = @parent AND status = 'running' AND coalesce(parent_close_policy, '') <> 'abandon'
+  AND NOT run_id::text = ANY(@seen::text[])
+ORDER BY run_id`
+
+	// lockParentRunSQL locks the run a closing child reports to.
+	lockParentRunSQL = `SELECT 1 FROM durable_runs WHERE run_id = $1 FOR NO KEY UPDATE`
 
 	terminateByRunSQL = `
 WITH run AS (
@@ -113,7 +119,7 @@ func (s *Store) familyEffects(ctx context.Context, in store.CommitWorkflowTaskPa
 	if in.Close == nil {
 		return nil
 	}
-	if in.ParentRunID != "" && in.Close.Status != store.StatusContinuedAsNew {
+	if reportsToParent(in) {
 		if err := s.reportToParent(ctx, in.RunID, in.ParentRunID, in.Close, in.Now, ready); err != nil {
 			return err
 		}
@@ -141,40 +147,106 @@ func (s *Store) reportToParent(ctx context.Context, childRunID, parentRunID stri
 	return s.appendEvent(ctx, parentRunID, ev, now, ready)
 }
 
-// closeChildren applies the parent-close policy of each open child.
+// Lock order. Every writer locks a run's rows in one order: its workflow
+// task, then its activity tasks by id, then the run (see lockOpenRun and
+// commitWorkflowTaskSQL). A transaction that touches a parent and its
+// children goes down the tree: the parent's rows before any row of its
+// children, and the children one by one in run ID order, each in the order
+// above. Two transactions do that:
+//
+//   - a closing parent (its commit, or Terminate) locks its own rows, then
+//     each child it terminates or cancels (closeChildren);
+//   - a closing child (its commit, or Terminate) reports to its parent by
+//     updating the parent's run row, so it locks that row first, before
+//     any row of its own (lockParentFirst, lockOpenRun).
+//
+// Had the child locked the parent's run only to report, after its own rows,
+// a parent and a child closing together would each hold what the other
+// waits for: the child its rows, waiting for the parent's run; the parent
+// its run, waiting for the child's rows. PostgreSQL breaks such a cycle
+// after deadlock_timeout (1s) by aborting one side with 40P01. Going down
+// the tree, the child's close waits for the parent's run while it holds
+// nothing the parent needs, and whichever gets the parent's run first
+// commits. If the child does, its report lands in the parent's history
+// before the parent's close, which then skips the closed child. If the
+// parent does, the child's commit then finds its task gone if the policy
+// terminated it (ErrLeaseLost), or commits after the cancel request the
+// policy appended, and its report finds the parent closed and adds nothing.
+//
+// Group commits (group.go) go across runs in run ID order, not down the
+// tree, so a group and a family transaction can still, rarely, form a
+// cycle: a group that holds a child's activity task and then waits for the
+// parent's run, say. PostgreSQL aborts one of them, and nothing is lost:
+// an aborted group retries its writes one by one; an aborted commit is
+// rolled back whole (its fence still holds) and its task runs again when
+// its lease ends; an aborted Terminate returns the error (40P01, transient)
+// to its caller, who may retry it.
+
+// lockParentFirst locks the parent's run of a closing child that reports
+// to it, before the commit touches any row of the child.
+func lockParentFirst(ctx context.Context, tx pgx.Tx, in store.CommitWorkflowTaskParams) error {
+	if !reportsToParent(in) {
+		return nil
+	}
+	_, err := tx.Exec(ctx, lockParentRunSQL, in.ParentRunID)
+	return err
+}
+
+// reportsToParent says whether a commit closes a child that reports its
+// outcome to its parent (a continued run reports nothing: its continuation,
+// which has the same parent, will).
+func reportsToParent(in store.CommitWorkflowTaskParams) bool {
+	return in.Close != nil && in.ParentRunID != "" && in.Close.Status != store.StatusContinuedAsNew
+}
+
+// closeChildren applies the parent-close policy of each open child. It
+// locks each child (workflow task, activity tasks, run) before it writes to
+// it, in run ID order. A child that closed while it waited (its own commit
+// went first) needs nothing, but it may have continued as new: the
+// continuation has the same parent, so the children are listed again until
+// a listing finds only children it has handled.
 func (s *Store) closeChildren(ctx context.Context, parentRunID string, now time.Time, ready *store.Ready) error {
-	rows, err := s.db.Query(ctx, openChildrenSQL, namedArgs{"parent": parentRunID})
-	if err != nil {
-		return err
-	}
-	type child struct{ runID, policy string }
-	children, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (child, error) {
-		var c child
-		var policy *string
-		err := row.Scan(&c.runID, &policy)
-		if policy != nil {
-			c.policy = *policy
+	seen := []string{} // not nil: NULL would match nothing
+	for {
+		rows, err := s.db.Query(ctx, openChildrenSQL, namedArgs{"parent": parentRunID, "seen": seen})
+		if err != nil {
+			return err
 		}
-		return c, err
-	})
-	if err != nil {
-		return err
-	}
-	for _, c := range children {
-		switch c.policy {
-		case "abandon":
-		case "cancel":
-			if err := s.appendEvent(ctx, c.runID, history.WorkflowCancelRequested{Reason: "parent closed"}, now, ready); err != nil {
+		type child struct{ runID, policy string }
+		children, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (child, error) {
+			var c child
+			err := row.Scan(&c.runID, &c.policy)
+			return c, err
+		})
+		if err != nil {
+			return err
+		}
+		again := false
+		for _, c := range children {
+			seen = append(seen, c.runID)
+			open, err := lockRun(ctx, s.db, c.runID)
+			if err != nil {
 				return err
 			}
-		default:
+			if !open {
+				again = true
+				continue
+			}
+			if c.policy == "cancel" {
+				if err := s.appendEvent(ctx, c.runID, history.WorkflowCancelRequested{Reason: "parent closed"}, now, ready); err != nil {
+					return err
+				}
+				continue
+			}
 			var n int
 			if err := s.db.QueryRow(ctx, terminateByRunSQL, namedArgs{"run_id": c.runID, "reason": "parent closed", "now": now}).Scan(&n); err != nil {
 				return err
 			}
 		}
+		if !again {
+			return nil
+		}
 	}
-	return nil
 }
 
 // appendEvent appends ev to a running run and makes its task ready.

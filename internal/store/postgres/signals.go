@@ -74,7 +74,9 @@ func (s *Store) noOpenRun(ctx context.Context, workflowID string) error {
 // Terminating a run deletes its tasks, so it locks them before the run row,
 // in the order the writers that hold them do: a workflow-task commit locks
 // its task row and then the run; an activity outcome deletes its task and
-// then updates the run. Locking the run first deadlocks with either.
+// then updates the run. Locking the run first deadlocks with either. A
+// child reports to its parent, so it locks the parent's run before all
+// that (see "Lock order" in children.go).
 const (
 	// openRunSQL finds the open run of a workflow ID, without locking it.
 	openRunSQL = `
@@ -86,8 +88,9 @@ WHERE workflow_id = $1 AND status = 'running'`
 	lockRunSQL = `SELECT count(*) FROM (SELECT 1 FROM durable_runs WHERE run_id = $1 AND status = 'running' FOR UPDATE) r`
 )
 
-// lockOpenRun finds the open run of a workflow ID and locks its tasks and
-// then the run, or returns an empty runID if there is no open run.
+// lockOpenRun finds the open run of a workflow ID and locks its parent's
+// run, its tasks and then the run, or returns an empty runID if there is
+// no open run.
 func lockOpenRun(ctx context.Context, tx pgx.Tx, workflowID string) (runID, parentRunID string, err error) {
 	for {
 		err := tx.QueryRow(ctx, openRunSQL, workflowID).Scan(&runID, &parentRunID)
@@ -97,20 +100,35 @@ func lockOpenRun(ctx context.Context, tx pgx.Tx, workflowID string) (runID, pare
 		if err != nil {
 			return "", "", err
 		}
-		for _, sql := range []string{lockWorkflowTaskSQL, lockActivityTasksSQL} {
-			if _, err := tx.Exec(ctx, sql, runID); err != nil {
+		if parentRunID != "" {
+			if _, err := tx.Exec(ctx, lockParentRunSQL, parentRunID); err != nil {
 				return "", "", err
 			}
 		}
-		var open int
-		if err := tx.QueryRow(ctx, lockRunSQL, runID).Scan(&open); err != nil {
+		open, err := lockRun(ctx, tx, runID)
+		if err != nil {
 			return "", "", err
 		}
-		if open == 1 {
+		if open {
 			return runID, parentRunID, nil
 		}
 		// It closed meanwhile; a continuation may be open now.
 	}
+}
+
+// lockRun locks a run's workflow task, its activity tasks and then the run,
+// and says whether the run is still open.
+func lockRun(ctx context.Context, db dbtx, runID string) (open bool, err error) {
+	for _, sql := range []string{lockWorkflowTaskSQL, lockActivityTasksSQL} {
+		if _, err := db.Exec(ctx, sql, runID); err != nil {
+			return false, err
+		}
+	}
+	var n int
+	if err := db.QueryRow(ctx, lockRunSQL, runID).Scan(&n); err != nil {
+		return false, err
+	}
+	return n == 1, nil
 }
 
 // TerminateRun implements store.Store.

@@ -300,6 +300,9 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 	if len(in.Children) > 0 || (in.Close != nil && (in.ParentRunID != "" || in.CloseChildren)) {
 		// Children and parents: more than one statement, in one transaction.
 		err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+			if err := lockParentFirst(ctx, tx, in); err != nil {
+				return err
+			}
 			if err := scan(tx.QueryRow(ctx, commitWorkflowTaskSQL, args)); err != nil || ok == 0 {
 				return err
 			}
