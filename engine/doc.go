@@ -90,7 +90,7 @@
 // Each engine keeps the code of up to [Options].CacheSize live runs in
 // memory (least recently used first out), so a step costs the new events, not
 // a replay. A run that waits only on timers leaves the cache at once, since
-// it may sleep for days. On a cache miss the workflow function runs again from
+// it may sleep for days, unless a timer fires within 30 seconds. On a cache miss the workflow function runs again from
 // the start against the recorded history; evicting is always safe. A task that
 // hits a workflow.NonDeterminismError or a panic fails and is retried with
 // growing delays (from a second up to a minute); the run stays open, waiting

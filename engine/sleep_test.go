@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/engine"
@@ -191,4 +192,43 @@ func BenchmarkTimerLag(b *testing.B) {
 			b.ReportMetric(float64(late[len(late)*99/100].Microseconds())/1000, "result-late-p99-ms")
 		})
 	}
+}
+
+func Nap(ctx workflow.Context, n int) (int, error) {
+	if err := workflow.Sleep(ctx, 20*time.Millisecond); err != nil {
+		return 0, err
+	}
+	return n, workflow.Sleep(ctx, 7*24*time.Hour)
+}
+
+// A run that sleeps briefly stays in the cache and wakes without a replay;
+// one that sleeps for a week leaves it.
+func TestShortSleepsStayCached(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	pool := pgtest.Pool(t)
+	e := newEngine(t, pool, engine.Options{Registerer: reg})
+	require.NoError(t, engine.RegisterWorkflow(e, Nap, engine.WorkflowOptions{}))
+	run(t, e)
+	ctx := resultCtx(t)
+	_, err := engine.Start(ctx, e, Nap, 1, engine.StartOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var n int
+		return pool.QueryRow(ctx, `SELECT count(*) FROM durable_timers WHERE fire_at > now() + interval '1 day'`).Scan(&n) == nil && n == 1
+	}, 10*time.Second, 5*time.Millisecond, "the run reached its week-long sleep")
+	cache := func(result string) float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if mf.GetName() == "durable_run_cache_total" && m.GetLabel()[0].GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	require.Equal(t, 1.0, cache("hit"), "the task after the short sleep found the run in memory")
+	require.Equal(t, 1.0, cache("miss"), "only the first task built it")
 }

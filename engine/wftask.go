@@ -171,13 +171,29 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 			return
 		}
 	}
-	if commit.Close != nil || x.OnlyTimers() {
+	if commit.Close != nil || (x.OnlyTimers() && !wakesSoon(commit)) {
 		// A closed run is done; a run that only sleeps holds nothing in
 		// memory while it waits, and is rebuilt by replay when it wakes.
 		x.Close()
 		return
 	}
 	e.cache.put(t.RunID, x)
+}
+
+// shortSleep is how soon a timer must fire for a run that waits only on
+// timers to stay in the cache: a short sleep (a retry delay, a poll) is
+// cheaper to wait out in memory than to replay, a long one holds nothing.
+const shortSleep = 30 * time.Second
+
+// wakesSoon reports whether the commit started a timer that fires within
+// shortSleep.
+func wakesSoon(commit store.CommitWorkflowTaskParams) bool {
+	for _, tm := range commit.Timers {
+		if tm.FireAt.Sub(commit.Now) < shortSleep {
+			return true
+		}
+	}
+	return false
 }
 
 // warnLongHistory warns (log and metric) when a task took the run's history

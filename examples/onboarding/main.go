@@ -123,7 +123,7 @@ func status(ctx context.Context, pool *pgxpool.Pool, runID string) string {
 	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("  ... sleeping durably, %s left (no goroutine is waiting; Ctrl-C and run again to resume)",
+	return fmt.Sprintf("  ... sleeping durably, %s left (a timer row in Postgres; Ctrl-C and run again to resume)",
 		time.Until(fireAt).Round(time.Second))
 }
 
