@@ -149,10 +149,9 @@ type WorkflowTask struct {
 	TraceContext string
 	// ParentRunID is the parent's run, for a child workflow.
 	ParentRunID string
-	// Events, when set, are the run's events after ProcessedEventID (from a
-	// claim, when they are few) or the events a handing-off transaction
-	// appended; a worker whose cached run ends just before them need not
-	// read the history.
+	// Events, when set by a hand-off, are the events the handing
+	// transaction appended; a worker whose cached run ends just before them
+	// need not read the history.
 	Events []history.Event
 }
 

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -41,30 +40,6 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterID int64) ([]
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list events of run %s: %w", runID, err)
-	}
-	return events, nil
-}
-
-// decodeEventList decodes events aggregated by json_agg as objects with
-// id, type, attrs and at.
-func decodeEventList(b []byte) ([]history.Event, error) {
-	var rows []struct {
-		ID    int64           `json:"id"`
-		Type  string          `json:"type"`
-		Attrs json.RawMessage `json:"attrs"`
-		At    time.Time       `json:"at"`
-	}
-	if err := json.Unmarshal(b, &rows); err != nil {
-		return nil, fmt.Errorf("decode events: %w", err)
-	}
-	events := make([]history.Event, len(rows))
-	for i, r := range rows {
-		a, err := history.Decode(r.Type, r.Attrs)
-		if err != nil {
-			return nil, fmt.Errorf("event %d: %w", r.ID, err)
-		}
-		// In time.Local, as pgx returns timestamptz columns (ListEvents).
-		events[i] = history.Event{ID: r.ID, Time: r.At.In(time.Local), Attributes: a}
 	}
 	return events, nil
 }

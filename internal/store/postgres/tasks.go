@@ -25,46 +25,34 @@ SET locked_by = @worker, locked_until = @until, run_after = @until, token = next
 FROM c, durable_runs r
 WHERE t.run_id = c.run_id AND r.run_id = t.run_id
 RETURNING t.run_id::text, r.workflow_id, r.workflow_type, t.queue, t.token, r.processed_event_id, t.attempts,
-    coalesce(r.trace_context, ''), coalesce(r.parent_run_id::text, ''),
-    -- The events the task is for, when they are few (a new run's first
-    -- task, a timer or signal on a cached run), so the worker need not
-    -- read them in a statement of its own.
-    (SELECT json_agg(json_build_object('id', e.event_id, 'type', e.type, 'attrs', e.attributes, 'at', e.created_at)
-                     ORDER BY e.event_id)
-     FROM durable_events e
-     WHERE e.run_id = t.run_id AND e.event_id > r.processed_event_id
-       AND r.next_event_id - r.processed_event_id <= @max_events)`
+    coalesce(r.trace_context, ''), coalesce(r.parent_run_id::text, '')`
 
-// claimEventsMax is the most new events a claim returns with its task.
-const claimEventsMax = 8
+// The claim returns no events on purpose. A row a claim locks may have
+// been released by a commit that landed after the claim's snapshot was
+// taken (Postgres then updates the newest version of the row), and anything
+// else the statement reads, the run row and its events included, is from
+// the older snapshot. A version that returned the run's new events here
+// handed one worker a history without the commit's events, and it appended
+// them a second time (the chaos rig's long run caught it). The worker reads
+// the history itself, after the claim.
 
 // ClaimWorkflowTasks implements store.Store.
 func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
 	rows, err := s.db.Query(ctx, claimWorkflowTasksSQL, namedArgs{
-		"queue":      in.Queue,
-		"now":        in.Now,
-		"limit":      in.Limit,
-		"worker":     in.WorkerID,
-		"until":      in.Now.Add(in.Lease),
-		"any_type":   in.Types == nil,
-		"types":      typesArg(in.Types),
-		"max_events": claimEventsMax + 1,
+		"queue":    in.Queue,
+		"now":      in.Now,
+		"limit":    in.Limit,
+		"worker":   in.WorkerID,
+		"until":    in.Now.Add(in.Lease),
+		"any_type": in.Types == nil,
+		"types":    typesArg(in.Types),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim workflow tasks on queue %q: %w", in.Queue, err)
 	}
 	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkflowTask, error) {
-		var (
-			t      store.WorkflowTask
-			events []byte
-		)
-		err := row.Scan(&t.RunID, &t.WorkflowID, &t.WorkflowType, &t.Queue, &t.Token, &t.ProcessedEventID, &t.Attempts, &t.TraceContext, &t.ParentRunID, &events)
-		if err == nil && events != nil {
-			// An event that does not decode is left for the worker's own
-			// read, which fails that run's task visibly; failing here would
-			// fail the claim of every task in it, claimed already.
-			t.Events, _ = decodeEventList(events)
-		}
+		var t store.WorkflowTask
+		err := row.Scan(&t.RunID, &t.WorkflowID, &t.WorkflowType, &t.Queue, &t.Token, &t.ProcessedEventID, &t.Attempts, &t.TraceContext, &t.ParentRunID)
 		return t, err
 	})
 	if err != nil {

@@ -56,7 +56,6 @@ var cases = []struct {
 	// workflowtasks.go
 	{"ClaimSkipsLockedTask", testClaimSkipsLockedTask},
 	{"ClaimRespectsLimitAndQueue", testClaimRespectsLimitAndQueue},
-	{"ClaimCarriesTheNewEvents", testClaimCarriesTheNewEvents},
 	{"ExpiredLeaseIsClaimedAgainWithNewToken", testExpiredLeaseIsClaimedAgainWithNewToken},
 	{"CommitRejectsStaleToken", testCommitRejectsStaleToken},
 	{"CommitAppendsEventsCreatesActivitiesAndDeletesTask", testCommitAppendsEventsCreatesActivitiesAndDeletesTask},

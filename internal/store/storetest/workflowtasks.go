@@ -25,12 +25,6 @@ func testClaimSkipsLockedTask(t *testing.T, b *bundle) {
 	require.Empty(t, b.claimWorkflow(t, wfQueue, "worker-2", 10, b.now.Add(wfLease-time.Microsecond)), "the lease still holds")
 }
 
-func testClaimCarriesTheNewEvents(t *testing.T, b *bundle) {
-	run := b.createRun(t, "order-1", wfQueue)
-	task := b.claimOneWorkflow(t, wfQueue, b.now)
-	require.Equal(t, b.events(t, run.RunID), task.Events, "a new run's first task comes with its started event")
-}
-
 func testClaimRespectsLimitAndQueue(t *testing.T, b *bundle) {
 	want := map[string]bool{}
 	for i := range 3 {
@@ -282,9 +276,6 @@ func testCommitKeepsTaskReadyWhenEventsArrivedMeanwhile(t *testing.T, b *bundle)
 	require.Equal(t, int64(4), again[0].ProcessedEventID)
 	require.NotEqual(t, task.Token, again[0].Token)
 	require.Zero(t, again[0].Attempts)
-	if again[0].Events != nil { // a claim may carry the events after ProcessedEventID
-		require.Equal(t, events[4:], again[0].Events)
-	}
 
 	ready, err = b.s.CommitWorkflowTask(b.ctx, store.CommitWorkflowTaskParams{
 		RunID: run.RunID, Token: again[0].Token, ProcessedEventID: 6, Now: now,
