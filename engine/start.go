@@ -202,16 +202,25 @@ func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 	sub := r.e.hub.subscribeRun(ctx, runID)
 	defer func() { sub.close() }()
 	backoff := resultRetryMin
+	// waitOut waits before asking again after err, if err is the database
+	// being unreachable for now (the run goes on without us). It returns
+	// false for any other error, and ctx's error if ctx ends first.
+	waitOut := func(err error) (bool, error) {
+		if !transient(err) {
+			return false, nil
+		}
+		if !sleepCtx(ctx, backoff) {
+			return false, ctx.Err()
+		}
+		backoff = min(2*backoff, max(r.e.opts.PollInterval, resultRetryMin))
+		return true, nil
+	}
 	for {
 		run, err := r.e.store.GetRun(ctx, runID)
-		if transient(err) && ctx.Err() == nil {
-			// The database is unreachable for now: the run goes on
-			// without us, so wait and ask again, until ctx says stop.
-			if !sleepCtx(ctx, backoff) {
-				return out, ctx.Err()
-			}
-			backoff = min(2*backoff, max(r.e.opts.PollInterval, resultRetryMin))
+		if again, cerr := waitOut(err); again {
 			continue
+		} else if cerr != nil {
+			return out, cerr
 		}
 		backoff = resultRetryMin
 		if err == nil && run.Status == store.StatusRunning {
@@ -246,12 +255,10 @@ func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 		case store.StatusContinuedAsNew:
 			// Follow the workflow ID to the run that continues this one.
 			next, err := r.e.store.GetRunByWorkflowID(ctx, r.WorkflowID)
-			if transient(err) && ctx.Err() == nil {
-				if !sleepCtx(ctx, backoff) {
-					return out, ctx.Err()
-				}
-				backoff = min(2*backoff, max(r.e.opts.PollInterval, resultRetryMin))
+			if again, cerr := waitOut(err); again {
 				continue
+			} else if cerr != nil {
+				return out, cerr
 			}
 			if err != nil {
 				return out, fmt.Errorf("result of run %s: follow continue-as-new: %w", runID, err)
