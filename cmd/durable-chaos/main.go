@@ -62,7 +62,6 @@ func parseFlags(args []string, stderr io.Writer) (chaos.Options, error) {
 		return slices.Contains([]string{"-short", "--short", "-short=true", "--short=true"}, a)
 	}) {
 		def = chaos.ShortOptions()
-		def.Concurrency, def.Lease, def.DrainTimeout = 16, time.Second, 2*time.Minute
 	}
 	fs := flag.NewFlagSet("durable-chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)

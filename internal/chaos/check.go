@@ -64,16 +64,6 @@ type Findings struct {
 	Violations []string `json:"violations"`
 }
 
-// CheckInput is what the checker needs besides the database.
-type CheckInput struct {
-	// Faults is the driver's fault log.
-	Faults []Fault
-	// WorkerLogs are the workers' JSON log files.
-	WorkerLogs []string
-	// Lease is the activities' lease (Options.Lease).
-	Lease time.Duration
-}
-
 // maxViolationLines bounds how many violations are described; the counts
 // go on.
 const maxViolationLines = 200
@@ -93,16 +83,6 @@ func (c *checker) violate(format string, args ...any) {
 	} else if len(c.f.Violations) == maxViolationLines {
 		c.f.Violations = append(c.f.Violations, "... (more violations; the counts are complete)")
 	}
-}
-
-// Check runs the invariant checker over the rig's database after a
-// workload, once every worker has stopped.
-func Check(ctx context.Context, pool *pgxpool.Pool, in CheckInput) (Findings, error) {
-	logs, err := readWorkerLogs(in.WorkerLogs)
-	if err != nil {
-		return Findings{}, err
-	}
-	return check(ctx, pool, in.Faults, logs, in.Lease)
 }
 
 func check(ctx context.Context, pool *pgxpool.Pool, faults []Fault, logs *workerLogs, lease time.Duration) (Findings, error) {

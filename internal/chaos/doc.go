@@ -23,7 +23,7 @@
 //
 // # Invariants
 //
-// Check runs over the database once the workers have stopped:
+// The checker runs over the database once the workers have stopped:
 //
 //   - every workflow has one run, completed with the result its input
 //     implies;

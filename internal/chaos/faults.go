@@ -64,12 +64,13 @@ type injector struct {
 	workers []*worker
 	cluster *pgcluster.Cluster
 	pool    *pgxpool.Pool // the driver's, to find workers that hold claims
-	dbName  string
 	log     *faultLog
 	rng     *rand.Rand
 	rngMu   sync.Mutex
 	// pg serialises server stops with everything that needs the server up.
 	pg sync.Mutex
+	// stops counts the server stops so far, to alternate their modes.
+	stops int
 	// errf reports a failure of the rig itself (not of the engine).
 	errf func(format string, args ...any)
 }
@@ -209,7 +210,7 @@ func (in *injector) stopServer(ctx context.Context) {
 	in.pg.Lock()
 	defer in.pg.Unlock()
 	kind, mode := FaultStopFast, pgcluster.Fast
-	if n := len(in.count(FaultStopFast, FaultStopCrash)); n%2 == 1 {
+	if in.stops%2 == 1 {
 		kind, mode = FaultStopCrash, pgcluster.Immediate
 	}
 	at := time.Now()
@@ -223,6 +224,7 @@ func (in *injector) stopServer(ctx context.Context) {
 		in.errf("start the server again: %v", err)
 		return
 	}
+	in.stops++
 	in.log.add(Fault{Kind: kind, At: at, Until: time.Now()})
 }
 
@@ -254,18 +256,6 @@ func (in *injector) allInjected() bool {
 	return len(need) == 0
 }
 
-func (in *injector) count(kinds ...FaultKind) []Fault {
-	var out []Fault
-	for _, f := range in.log.all() {
-		for _, k := range kinds {
-			if f.Kind == k {
-				out = append(out, f)
-			}
-		}
-	}
-	return out
-}
-
 // killConns terminates a few random connections to the rig's database:
 // workers', the driver's, the listeners'.
 func (in *injector) killConns(ctx context.Context) {
@@ -274,7 +264,7 @@ func (in *injector) killConns(ctx context.Context) {
 	at := time.Now()
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	n, err := in.cluster.TerminateBackends(qctx, in.dbName, 1+in.intN(4))
+	n, err := in.cluster.TerminateBackends(qctx, dbName, 1+in.intN(4))
 	if err != nil {
 		in.errf("terminate backends: %v", err)
 		return

@@ -102,7 +102,6 @@ type workerLogs struct {
 	errors         []string
 	dbErrors       int
 	dbErrorExample string
-	byMsg          map[string]int
 }
 
 // procLog is what one worker process logged.
@@ -132,7 +131,7 @@ type keyAttempt struct {
 func readWorkerLogs(paths []string) (*workerLogs, error) {
 	wl := &workerLogs{
 		stale: map[string]int{}, lostByTask: map[taskAttempt]string{}, lostByKey: map[keyAttempt]string{},
-		procs: map[int]*procLog{}, byMsg: map[string]int{},
+		procs: map[int]*procLog{},
 	}
 	staleByPID := map[int]int{}
 	metricByPID := map[int]int{}
@@ -149,7 +148,6 @@ func readWorkerLogs(paths []string) (*workerLogs, error) {
 				continue // a line cut short by SIGKILL
 			}
 			wl.lines++
-			wl.byMsg[l.Msg]++
 			if k := staleKind(l.Msg); k != "" {
 				wl.stale[k]++
 				wl.staleAt = append(wl.staleAt, pidTime{l.PID, l.Time})

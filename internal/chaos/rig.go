@@ -76,11 +76,15 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
+// dbName is the rig's database on its private cluster.
+const dbName = "chaos"
+
 // ShortOptions are the short mode's: every fault on, sized to finish in
 // about a minute on two loaded cores under the race detector.
 func ShortOptions() Options {
 	return Options{
 		Workflows: 40, Duration: 20 * time.Second, InFlight: 24, Workers: 3,
+		Concurrency: 16, Lease: time.Second, DrainTimeout: 2 * time.Minute,
 		KillEvery: 700 * time.Millisecond, KillAllEvery: 8 * time.Second, PauseEvery: 3 * time.Second,
 		PGStopEvery: 5 * time.Second, PGStopMax: 2 * time.Second, ConnKillEvery: 1500 * time.Millisecond,
 	}
@@ -188,7 +192,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer r.tearDown()
 
 	in := &injector{
-		o: o, workers: r.workers, cluster: r.cluster, pool: r.pool, dbName: "chaos", log: &r.faults,
+		o: o, workers: r.workers, cluster: r.cluster, pool: r.pool, log: &r.faults,
 		rng: rand.New(rand.NewPCG(o.Seed, 1)),
 		errf: func(format string, args ...any) {
 			r.violate("rig: "+format, args...)
@@ -268,7 +272,7 @@ func (r *rig) setUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("chaos: %w", err)
 	}
-	if r.dbURL, err = r.cluster.CreateDatabase(ctx, "chaos"); err != nil {
+	if r.dbURL, err = r.cluster.CreateDatabase(ctx, dbName); err != nil {
 		return fmt.Errorf("chaos: %w", err)
 	}
 	pcfg, err := pgxpool.ParseConfig(r.dbURL)

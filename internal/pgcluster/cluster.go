@@ -51,8 +51,6 @@ type StopMode string
 
 // Shutdown modes.
 const (
-	// Smart waits for every client to disconnect.
-	Smart StopMode = "smart"
 	// Fast disconnects the clients, rolls back their transactions and
 	// shuts down cleanly.
 	Fast StopMode = "fast"
@@ -258,9 +256,6 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
-
-// Port is the server's TCP port on 127.0.0.1.
-func (c *Cluster) Port() int { return c.port }
 
 // Dir is the cluster's temporary directory: data/, sock/ and postgres.log.
 func (c *Cluster) Dir() string { return c.base }
