@@ -263,8 +263,17 @@ func (s codecStorage) encodeCommit(in store.CommitWorkflowTaskParams) (store.Com
 	return in, nil
 }
 
+// encodeEvent returns a with its payloads encoded; without a codec, a
+// itself (writes need nothing then; reads still check for envelopes).
+func (s codecStorage) encodeEvent(a history.Attributes) (history.Attributes, error) {
+	if s.c == nil {
+		return a, nil
+	}
+	return mapPayloads(a, s.encode)
+}
+
 func (s codecStorage) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) (store.Ready, error) {
-	ev, err := mapPayloads(in.Event, s.encode)
+	ev, err := s.encodeEvent(in.Event)
 	if err != nil {
 		return store.Ready{}, fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)
 	}
@@ -274,10 +283,7 @@ func (s codecStorage) ResolveActivity(ctx context.Context, in store.ResolveActiv
 }
 
 func (s codecStorage) SignalRun(ctx context.Context, in store.SignalParams, event history.Attributes) (store.Ready, error) {
-	if err := field("payload", &in.Payload, s.encode); err != nil {
-		return store.Ready{}, fmt.Errorf("signal %q to workflow %q: %w", in.Name, in.WorkflowID, err)
-	}
-	ev, err := mapPayloads(event, s.encode)
+	ev, err := s.encodeEvent(event)
 	if err != nil {
 		return store.Ready{}, fmt.Errorf("%s to workflow %q: %w", event.EventType(), in.WorkflowID, err)
 	}

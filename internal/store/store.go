@@ -237,8 +237,6 @@ type NewRun struct {
 // SignalParams are the inputs of SignalRun.
 type SignalParams struct {
 	WorkflowID string
-	Name       string
-	Payload    json.RawMessage
 	Now        time.Time
 	// Notify makes the store announce the task itself (in a caller's
 	// transaction).

@@ -199,7 +199,7 @@ func setupFamily(t *testing.T) *family {
 	}
 	signal := func(workflowID string) {
 		t.Helper()
-		_, err := f.s.SignalRun(ctx, store.SignalParams{WorkflowID: workflowID, Name: "s", Now: f.now}, history.SignalReceived{Name: "s"})
+		_, err := f.s.SignalRun(ctx, store.SignalParams{WorkflowID: workflowID, Now: f.now}, history.SignalReceived{Name: "s"})
 		require.NoError(t, err)
 	}
 

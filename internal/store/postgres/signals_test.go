@@ -56,7 +56,7 @@ func TestTerminateTakesLocksInWritersOrder(t *testing.T) {
 				}},
 			})
 			require.NoError(t, err)
-			_, err = s.SignalRun(ctx, store.SignalParams{WorkflowID: "wf", Name: "s", Now: now}, history.SignalReceived{Name: "s"})
+			_, err = s.SignalRun(ctx, store.SignalParams{WorkflowID: "wf", Now: now}, history.SignalReceived{Name: "s"})
 			require.NoError(t, err)
 			wts, err = s.ClaimWorkflowTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 1, Now: now, Lease: time.Minute})
 			require.NoError(t, err)

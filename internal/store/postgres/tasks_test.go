@@ -166,7 +166,7 @@ func setupPendingActivity(t *testing.T, now time.Time) *pendingActivity {
 	acts, err := s.ClaimActivityTasks(ctx, claim)
 	require.NoError(t, err)
 	require.Len(t, acts, 1)
-	_, err = s.SignalRun(ctx, store.SignalParams{WorkflowID: "wf", Name: "s", Now: now}, history.SignalReceived{Name: "s"})
+	_, err = s.SignalRun(ctx, store.SignalParams{WorkflowID: "wf", Now: now}, history.SignalReceived{Name: "s"})
 	require.NoError(t, err)
 	wts, err = s.ClaimWorkflowTasks(ctx, claim)
 	require.NoError(t, err)
