@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 )
 
@@ -19,7 +20,7 @@ var rolesSQL string
 var rolesTemplate = template.Must(template.New("roles").Funcs(template.FuncMap{
 	// The names are checked by checkRoleName before they get here; they
 	// are quoted all the same.
-	"ident":   func(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` },
+	"ident":   func(s string) string { return pgx.Identifier{s}.Sanitize() },
 	"literal": func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" },
 }).Parse(rolesSQL))
 
