@@ -172,7 +172,7 @@ func (s codecStorage) decodeReady(r store.Ready) store.Ready {
 		}
 	}
 	if len(r.ActivityTasks) > 0 {
-		tasks := make([]store.ActivityTask, 0, len(r.ActivityTasks))
+		tasks := r.ActivityTasks[:0] // in place: the slice is this call's
 		for _, t := range r.ActivityTasks {
 			if s.decodeActivityTask(&t) == nil {
 				tasks = append(tasks, t)
@@ -180,7 +180,7 @@ func (s codecStorage) decodeReady(r store.Ready) store.Ready {
 		}
 		r.ActivityTasks = tasks
 	}
-	if r.Closed != nil {
+	if r.Closed != nil && codec.IsWrapped(r.Closed.Result) {
 		c := *r.Closed
 		if field("result", &c.Result, s.decode) == nil {
 			r.Closed = &c
