@@ -26,15 +26,7 @@ import (
 // of the two with 40P01.
 func TestClosingParentTakesChildLocksInWritersOrder(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		// firstLock is the write's first statement, on the child's task.
-		firstLock string
-	}{
-		{"WorkflowTaskCommit", `SELECT 1 FROM durable_workflow_tasks WHERE run_id = $1 FOR UPDATE`},
-		{"ActivityOutcome", `DELETE FROM durable_activity_tasks WHERE run_id = $1`},
-	}
-	for _, tt := range tests {
+	for _, tt := range writersFirstLocks {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()

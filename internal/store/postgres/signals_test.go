@@ -21,17 +21,18 @@ import (
 // then goes on to update the run row, which a terminate that locked the run
 // first would hold (PostgreSQL then aborts one of the two, found by the
 // ambiguous-commit test as a Terminate failing with 40P01).
+// writersFirstLocks are the first statements of the writes that lock a
+// run's rows from its tasks up: a workflow-task commit locks its task row,
+// an activity outcome deletes its task. The lock-order tests hold a write
+// open there ($1 is the run).
+var writersFirstLocks = []struct{ name, firstLock string }{
+	{"WorkflowTaskCommit", `SELECT 1 FROM durable_workflow_tasks WHERE run_id = $1 FOR UPDATE`},
+	{"ActivityOutcome", `DELETE FROM durable_activity_tasks WHERE run_id = $1`},
+}
+
 func TestTerminateTakesLocksInWritersOrder(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		// firstLock is the write's first statement, on the run's task.
-		firstLock string
-	}{
-		{"WorkflowTaskCommit", `SELECT 1 FROM durable_workflow_tasks WHERE run_id = $1 FOR UPDATE`},
-		{"ActivityOutcome", `DELETE FROM durable_activity_tasks WHERE run_id = $1`},
-	}
-	for _, tt := range tests {
+	for _, tt := range writersFirstLocks {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
