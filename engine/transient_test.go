@@ -68,7 +68,10 @@ func TestResultWaitsOutAnOutage(t *testing.T) {
 	got, err := r.Result(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 42, got)
-	require.GreaterOrEqual(t, inj.calls["GetRun"], 5, "Result asked through the outage")
+	inj.mu.Lock()
+	calls := inj.calls["GetRun"]
+	inj.mu.Unlock()
+	require.GreaterOrEqual(t, calls, 5, "Result asked through the outage")
 }
 
 func napThenOne(ctx workflow.Context, n int) (int, error) {
