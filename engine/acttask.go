@@ -271,7 +271,14 @@ func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog
 	// here, if this engine serves its queue and has a free slot.
 	var p *workerPool[store.WorkflowTask]
 	if t.RunID != "" {
+		if handled, next := e.fuse(ctx, t, attrs, ev); handled {
+			if next != nil {
+				e.processWorkflowTask(ctx, *next)
+			}
+			return
+		}
 		if p = e.workflowPool(t.WorkflowQueue); p != nil && p.tryAcquire() {
+			in.Now = e.now()
 			in.ClaimAs, in.Lease = e.opts.WorkerID, e.opts.WorkflowTaskLease
 		} else {
 			p = nil

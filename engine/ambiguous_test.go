@@ -354,7 +354,7 @@ func TestAmbiguousCommitsLoseNothing(t *testing.T) {
 	t.Logf("%d workflows, %d idle runs terminated, %d jobs on two engines in %s (started %s, results %s); faults injected (rate %.0f%% of each kind):\n%s",
 		flows, idles, jobs, elapsed.Round(time.Millisecond), started.Round(time.Millisecond), results.Round(time.Millisecond), rate*100, inj.report())
 	_, before, after := inj.counts()
-	for _, m := range []string{"CreateRun", "SignalRun", "ClaimWorkflowTasks", "CommitWorkflowTask", "ClaimActivityTasks", "ResolveActivity"} {
+	for _, m := range []string{"CreateRun", "SignalRun", "ClaimWorkflowTasks", "CommitWorkflowTask", "FusedStep", "ClaimActivityTasks", "ResolveActivity"} {
 		require.Positive(t, before[m], "faults before %s", m)
 		require.Positive(t, after[m], "ambiguous commits of %s", m)
 	}
@@ -366,15 +366,17 @@ func TestAmbiguousCommitsLoseNothing(t *testing.T) {
 	for _, e := range engines {
 		stale += testutil.ToFloat64(e.metrics.staleWrites.WithLabelValues("activity_outcome"))
 	}
-	t.Logf("activities: %d keys, %d duplicate successful executions; resolves that failed before running: %d, "+
+	lost := before["ResolveActivity"] + before["FusedStep"]
+	t.Logf("activities: %d keys, %d duplicate successful executions; outcomes (resolves and fused steps) that failed before running: %d, "+
 		"outcomes refused for a lost lease: %.0f, jobs enqueued again after an ambiguous enqueue: %d",
-		keys, dups, before["ResolveActivity"], stale, extraJobs)
+		keys, dups, lost, stale, extraJobs)
 	require.Equal(t, flows*5+jobs, keys, "every activity and job ran")
 	// A successful attempt runs again only if its outcome was not recorded
-	// (a resolve that failed before it ran, or an attempt that outlived its
-	// lease), or, for a job, if it was enqueued again after it finished. A
-	// resolve that committed and reported a timeout never runs it again.
-	require.LessOrEqual(t, dups, before["ResolveActivity"]+int(stale)+extraJobs, "every duplicate execution is explained")
+	// (a resolve or fused step that failed before it ran, or an attempt that
+	// outlived its lease), or, for a job, if it was enqueued again after it
+	// finished. An outcome that committed and reported a timeout never runs
+	// it again.
+	require.LessOrEqual(t, dups, lost+int(stale)+extraJobs, "every duplicate execution is explained")
 }
 
 // checkAmbiguousInvariants checks the database after the workload. It

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"sync"
 
+	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/wfexec"
 )
 
@@ -19,29 +20,31 @@ type runCache struct {
 }
 
 type cacheEntry struct {
-	runID string
-	x     wfexec.Executor
+	task store.WorkflowTask // the run's last task: what the run is
+	x    wfexec.Executor
 }
 
 func newRunCache(size int) *runCache {
 	return &runCache{size: size, order: list.New(), byRun: map[string]*list.Element{}}
 }
 
-// take removes and returns the run's executor, or nil.
-func (c *runCache) take(runID string) wfexec.Executor {
+// take removes and returns the run's executor and its last task, or nil.
+func (c *runCache) take(runID string) (wfexec.Executor, store.WorkflowTask) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.byRun[runID]
 	if !ok {
-		return nil
+		return nil, store.WorkflowTask{}
 	}
 	c.order.Remove(el)
 	delete(c.byRun, runID)
-	return el.Value.(*cacheEntry).x
+	ent := el.Value.(*cacheEntry)
+	return ent.x, ent.task
 }
 
-// put stores the run's executor, closing whatever it pushes out.
-func (c *runCache) put(runID string, x wfexec.Executor) {
+// put stores the executor of task t's run, closing whatever it pushes out.
+func (c *runCache) put(t store.WorkflowTask, x wfexec.Executor) {
+	runID := t.RunID
 	if c.size <= 0 {
 		x.Close()
 		return
@@ -52,12 +55,12 @@ func (c *runCache) put(runID string, x wfexec.Executor) {
 		evicted = append(evicted, el.Value.(*cacheEntry).x)
 		c.order.Remove(el)
 	}
-	c.byRun[runID] = c.order.PushFront(&cacheEntry{runID: runID, x: x})
+	c.byRun[runID] = c.order.PushFront(&cacheEntry{task: t, x: x})
 	for c.order.Len() > c.size {
 		el := c.order.Back()
 		e := el.Value.(*cacheEntry)
 		c.order.Remove(el)
-		delete(c.byRun, e.runID)
+		delete(c.byRun, e.task.RunID)
 		evicted = append(evicted, e.x)
 	}
 	c.mu.Unlock()

@@ -259,7 +259,11 @@ func (s *faultStore) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParam
 }
 
 func (s *faultStore) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowTaskParams) (store.Ready, error) {
-	return write(s, "CommitWorkflowTask", "", func() (store.Ready, error) { return s.storage.CommitWorkflowTask(ctx, in) })
+	method := "CommitWorkflowTask"
+	if in.Outcome != nil { // a fused step: an activity outcome too
+		method = "FusedStep"
+	}
+	return write(s, method, "", func() (store.Ready, error) { return s.storage.CommitWorkflowTask(ctx, in) })
 }
 
 func (s *faultStore) FailWorkflowTask(ctx context.Context, in store.FailWorkflowTaskParams) error {

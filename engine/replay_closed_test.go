@@ -54,11 +54,10 @@ func TestClosedRunsReplay(t *testing.T) {
 	require.NoError(t, engine.RegisterWorkflow(e, AwaitsApproval, engine.WorkflowOptions{}))
 	require.NoError(t, engine.RegisterActivity(e, Add, activity.Options{}))
 	run(t, e)
-	ctx := resultCtx(t)
 
 	// waiting starts a run and returns once it waits for the approval: its
 	// timer is in history.
-	waiting := func(t *testing.T, id string) *engine.Run[string] {
+	waiting := func(t *testing.T, ctx context.Context, id string) *engine.Run[string] {
 		t.Helper()
 		r, err := engine.Start(ctx, e, AwaitsApproval, 1, engine.StartOptions{ID: id})
 		require.NoError(t, err)
@@ -70,35 +69,35 @@ func TestClosedRunsReplay(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
-		close func(t *testing.T, id string)
+		close func(t *testing.T, ctx context.Context, id string)
 		last  string
 	}{
-		{"completed", func(t *testing.T, id string) {
-			r := waiting(t, id)
+		{"completed", func(t *testing.T, ctx context.Context, id string) {
+			r := waiting(t, ctx, id)
 			require.NoError(t, engine.Signal(ctx, e, id, "approve", "ada"))
 			got, err := r.Result(ctx)
 			require.NoError(t, err)
 			require.Equal(t, "2 approved by ada", got)
 		}, "workflow_completed"},
-		{"failed", func(t *testing.T, id string) {
-			r := waiting(t, id)
+		{"failed", func(t *testing.T, ctx context.Context, id string) {
+			r := waiting(t, ctx, id)
 			require.NoError(t, engine.Signal(ctx, e, id, "approve", "nobody"))
 			_, err := r.Result(ctx)
 			require.ErrorContains(t, err, "rejected")
 		}, "workflow_failed"},
-		{"canceled", func(t *testing.T, id string) {
-			r := waiting(t, id)
+		{"canceled", func(t *testing.T, ctx context.Context, id string) {
+			r := waiting(t, ctx, id)
 			require.NoError(t, e.Cancel(ctx, id, "withdrawn"))
 			_, err := r.Result(ctx)
 			require.ErrorContains(t, err, "canceled: withdrawn")
 		}, "workflow_canceled"},
-		{"terminated while waiting", func(t *testing.T, id string) {
-			r := waiting(t, id)
+		{"terminated while waiting", func(t *testing.T, ctx context.Context, id string) {
+			r := waiting(t, ctx, id)
 			require.NoError(t, e.Terminate(ctx, id, "stuck"))
 			_, err := r.Result(ctx)
 			require.ErrorContains(t, err, "terminated: stuck")
 		}, "workflow_terminated"},
-		{"terminated before its first task", func(t *testing.T, id string) {
+		{"terminated before its first task", func(t *testing.T, ctx context.Context, id string) {
 			// No worker serves the queue: the code never ran, and on
 			// replay it asks for an activity history never recorded.
 			r, err := engine.Start(ctx, e, AwaitsApproval, 1, engine.StartOptions{ID: id, Queue: "unserved"})
@@ -112,8 +111,11 @@ func TestClosedRunsReplay(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			// Each subtest has its own deadline: parallel subtests start
+			// only after the parent returns, once others make room.
+			ctx := resultCtx(t)
 			id := "approval-" + tt.name
-			tt.close(t, id)
+			tt.close(t, ctx, id)
 			h, err := e.ExportHistory(ctx, id)
 			require.NoError(t, err)
 			last := h.Events[len(h.Events)-1]

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/history"
@@ -64,7 +65,7 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		e.failWorkflowTask(ctx, t, attrs, fmt.Errorf("workflow type %q is %w on worker %s: register it, or run it on a queue whose workers have it", t.WorkflowType, errUnregistered, e.opts.WorkerID))
 		return
 	}
-	x := e.cache.take(t.RunID)
+	x, _ := e.cache.take(t.RunID)
 	cached := x != nil
 	span.SetAttributes(attribute.Bool("durable.cache_hit", cached))
 	if cached {
@@ -107,12 +108,44 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		return
 	}
 
-	commit, err := e.commitParams(t, x.LastEventID(), x.TakeCommands())
+	e.commitTask(ctx, t, x, x.TakeCommands(), attrs, span, before, nil)
+}
+
+// errNotFusable is commitTask's answer to a fused step whose commands the
+// fused statements do not cover; x is left open.
+var errNotFusable = errors.New("commands cannot be fused with the outcome")
+
+// commitTask commits the commands x produced for task t, with all their
+// effects, and keeps x in the cache or closes it. before is the history the
+// worker had seen before the task.
+//
+// With fused set, t has no workflow task row: the commit also records the
+// activity outcome fused.event, which x has applied (see fuse). It then
+// returns errNotFusable, committing nothing, if the commands have a shape
+// the fused statements do not cover, and store.ErrRunMoved, having closed
+// x, if the run moved on; the caller records the outcome on its own.
+func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.Executor, cmds []history.Attributes,
+	attrs []slog.Attr, span trace.Span, before int64, fused *fusedOutcome) error {
+	now := e.now()
+	if fused != nil {
+		now = fused.event.Time
+	}
+	commit, err := e.commitParams(t, x.LastEventID(), cmds, now)
 	commit.CloseChildren = commit.Close != nil && x.HasChildren()
 	if err != nil {
 		x.Close()
+		if fused != nil { // the plain path replays the task and fails it
+			return store.ErrRunMoved
+		}
 		e.failWorkflowTask(ctx, t, attrs, err)
-		return
+		return nil
+	}
+	if fused != nil {
+		commit.Outcome = &store.Outcome{TaskID: fused.task.ID, Attempt: fused.task.Attempt}
+		commit.Events = append([]history.Attributes{fused.event.Attributes}, commit.Events...)
+		if !commit.Fusable() {
+			return errNotFusable
+		}
 	}
 	// Activities on queues this engine serves with a free slot are claimed by
 	// the commit itself and run here, without a claim transaction.
@@ -125,25 +158,34 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		}
 	}
 	ready, err := e.store.CommitWorkflowTask(ctx, commit)
-	for _, a := range ready.ActivityTasks {
-		if p := reserved[a.Seq]; p != nil {
-			p.start(a)
-			delete(reserved, a.Seq)
+	// The claimed activities start once the run is back in the cache (at
+	// return): one that finishes at once then finds it there.
+	defer func() {
+		for _, a := range ready.ActivityTasks {
+			if p := reserved[a.Seq]; p != nil {
+				p.start(a)
+				delete(reserved, a.Seq)
+			}
 		}
-	}
-	for _, p := range reserved { // reserved, but the commit claimed nothing for it
-		p.release()
-	}
+		for _, p := range reserved { // reserved, but the commit claimed nothing for it
+			p.release()
+		}
+	}()
 	if err != nil {
 		x.Close()
-		if errors.Is(err, store.ErrLeaseLost) {
+		switch {
+		case fused != nil && errors.Is(err, store.ErrRunMoved):
+			return err
+		case fused != nil:
+			e.logLostWrite(ctx, "record activity outcome with the next workflow task", fused.attrs, err)
+		case errors.Is(err, store.ErrLeaseLost):
 			e.metrics.staleWrites.WithLabelValues("workflow_commit").Inc()
 			e.log.LogAttrs(ctx, slog.LevelWarn, "workflow task lease lost; its commit was refused", attrs...)
-			return
+		default:
+			e.log.LogAttrs(ctx, slog.LevelWarn, "commit workflow task; it runs again when its lease ends",
+				append(attrs, slog.String("error", err.Error()))...)
 		}
-		e.log.LogAttrs(ctx, slog.LevelWarn, "commit workflow task; it runs again when its lease ends",
-			append(attrs, slog.String("error", err.Error()))...)
-		return
+		return nil
 	}
 	e.announce(ready)
 	e.warnLongHistory(ctx, t, attrs, before, max(x.LastEventID(), ready.FirstEventID+int64(len(commit.Events))-1))
@@ -160,24 +202,31 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 	}
 	// If the commands went right after the events the run has seen, the
 	// cached run takes them as its history now, so the next task of the run
-	// need not read them back.
-	if ready.FirstEventID == x.LastEventID()+1 && len(commit.Events) > 0 && commit.Close == nil {
-		own := make([]history.Event, len(commit.Events))
-		for i, a := range commit.Events {
-			own[i] = history.Event{ID: ready.FirstEventID + int64(i), Time: commit.Now, Attributes: a}
+	// need not read them back. A fused commit's first event is the outcome,
+	// which the run has applied already.
+	skip := int64(0)
+	if fused != nil {
+		skip = 1
+	}
+	if own := commit.Events[skip:]; ready.FirstEventID+skip == x.LastEventID()+1 && len(own) > 0 && commit.Close == nil {
+		events := make([]history.Event, len(own))
+		for i, a := range own {
+			events[i] = history.Event{ID: ready.FirstEventID + skip + int64(i), Time: commit.Now, Attributes: a}
 		}
-		if err := x.Apply(own, math.MaxInt64); err != nil {
+		if err := x.Apply(events, math.MaxInt64); err != nil {
 			x.Close() // cannot happen: they are its own commands; replay decides
-			return
+			return nil
 		}
 	}
 	if commit.Close != nil || (x.OnlyTimers() && !wakesSoon(commit)) {
 		// A closed run is done; a run that only sleeps holds nothing in
 		// memory while it waits, and is rebuilt by replay when it wakes.
 		x.Close()
-		return
+		return nil
 	}
-	e.cache.put(t.RunID, x)
+	t.Events = nil
+	e.cache.put(t, x)
+	return nil
 }
 
 // shortSleep is how soon a timer must fire for a run that waits only on
@@ -297,8 +346,7 @@ func leaseOf(o activity.Options) time.Duration {
 }
 
 // commitParams turns a task's commands into the store's commit.
-func (e *Engine) commitParams(t store.WorkflowTask, processed int64, cmds []history.Attributes) (store.CommitWorkflowTaskParams, error) {
-	now := e.now()
+func (e *Engine) commitParams(t store.WorkflowTask, processed int64, cmds []history.Attributes, now time.Time) (store.CommitWorkflowTaskParams, error) {
 	p := store.CommitWorkflowTaskParams{
 		RunID: t.RunID, WorkflowID: t.WorkflowID, WorkflowQueue: t.Queue, TraceContext: t.TraceContext, Token: t.Token,
 		ParentRunID:      t.ParentRunID,

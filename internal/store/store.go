@@ -27,6 +27,11 @@ var (
 	ErrLeaseLost = errors.New("lease lost")
 	// ErrRunClosed is returned when a change is asked of a closed run.
 	ErrRunClosed = errors.New("run closed")
+	// ErrRunMoved is returned by a commit that records an activity outcome
+	// (CommitWorkflowTaskParams.Outcome) when the run is not as the commit
+	// saw it: it has other new events, or it closed. Nothing changes; the
+	// outcome is to be recorded on its own (ResolveActivity).
+	ErrRunMoved = errors.New("run moved on")
 )
 
 // Run statuses.
@@ -215,6 +220,35 @@ type CommitWorkflowTaskParams struct {
 	// Close, if set, closes the run with this status.
 	Close *CloseRun
 	Now   time.Time
+	// Outcome, if set, records an activity's outcome in the same
+	// transaction (a fused step): the worker that ran the activity had the
+	// run in memory and ran its next workflow task at once. Events[0] is the
+	// outcome's event and ProcessedEventID its ID, which must be the run's
+	// next; there is no workflow task, so Token is unused. The commit
+	// returns ErrLeaseLost if the activity's claim no longer holds and
+	// ErrRunMoved if the run has other new events or is closed. Only two
+	// shapes may be fused (see Fusable).
+	Outcome *Outcome
+}
+
+// Outcome is the activity attempt whose outcome a commit records.
+type Outcome struct {
+	TaskID  int64
+	Attempt int
+}
+
+// Fusable reports whether a commit's shape may carry an Outcome: a step
+// (events and activities) or a completion of a run that has no parent,
+// children, timers or other activities.
+func (p CommitWorkflowTaskParams) Fusable() bool {
+	if len(p.Timers) > 0 || len(p.CanceledTimers) > 0 || len(p.CanceledActivities) > 0 ||
+		len(p.Children) > 0 || p.ContinueAs != nil || p.CloseChildren || len(p.Events) == 0 {
+		return false
+	}
+	if c := p.Close; c != nil {
+		return c.Status == StatusCompleted && p.ParentRunID == "" && len(p.Activities) == 0
+	}
+	return true
 }
 
 // NewChild is a child workflow to start.

@@ -287,6 +287,13 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 	}
 	args["timer_seq"], args["timer_at"] = tseq, tat
 
+	if in.Outcome != nil {
+		claimed, err := s.commitFused(ctx, in, args, &ready)
+		if err != nil {
+			return ready, err
+		}
+		return handedOff(in, ready, claimed), nil
+	}
 	var (
 		ok       int
 		released *string
@@ -326,6 +333,12 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 	if first != nil {
 		ready.FirstEventID = *first
 	}
+	return handedOff(in, ready, claimed), nil
+}
+
+// handedOff completes a commit's Ready with the activity tasks it claimed
+// for its worker and the run it closed.
+func handedOff(in store.CommitWorkflowTaskParams, ready store.Ready, claimed []claimedActivity) store.Ready {
 	for _, c := range claimed {
 		for _, a := range in.Activities {
 			if a.Seq != c.Seq {
@@ -342,7 +355,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 	if in.Close != nil {
 		ready.ClosedRun, ready.Closed = in.RunID, in.Close
 	}
-	return ready, nil
+	return ready
 }
 
 const failWorkflowTaskSQL = `

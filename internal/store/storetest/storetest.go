@@ -80,6 +80,14 @@ var cases = []struct {
 	{"ConcurrentDuplicateCompletionsCommitOnce", testConcurrentDuplicateCompletionsCommitOnce},
 	{"HandOffClaimsTheNextTasks", testHandOffClaimsTheNextTasks},
 	{"ClaimOnlyTheTypesAsked", testClaimOnlyTheTypesAsked},
+
+	// fused.go
+	{"FusedStepRecordsOutcomeAndCommands", testFusedStepRecordsOutcomeAndCommands},
+	{"FusedStepRefusesAStaleAttempt", testFusedStepRefusesAStaleAttempt},
+	{"FusedStepRefusedWhenRunMovedOn", testFusedStepRefusedWhenRunMovedOn},
+	{"FusedCloseCompletesRun", testFusedCloseCompletesRun},
+	{"FusedCloseRefusedWhileOtherActivitiesPend", testFusedCloseRefusedWhileOtherActivitiesPend},
+	{"FusedCommitRejectsOtherShapes", testFusedCommitRejectsOtherShapes},
 }
 
 // The fixtures' defaults.

@@ -1,0 +1,213 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/activity"
+	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/workflow"
+)
+
+// stepCounter counts the engine's step writes and history reads; beforeFused,
+// if set, runs before each fused commit.
+type stepCounter struct {
+	storage
+	mu                              sync.Mutex
+	fused, refused, resolves, reads int
+	beforeFused                     func(ctx context.Context, s storage, in store.CommitWorkflowTaskParams)
+}
+
+func (s *stepCounter) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowTaskParams) (store.Ready, error) {
+	if in.Outcome != nil && s.beforeFused != nil {
+		s.beforeFused(ctx, s.storage, in)
+	}
+	ready, err := s.storage.CommitWorkflowTask(ctx, in)
+	if in.Outcome != nil {
+		s.mu.Lock()
+		if err == nil {
+			s.fused++
+		} else {
+			s.refused++
+		}
+		s.mu.Unlock()
+	}
+	return ready, err
+}
+
+func (s *stepCounter) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) (store.Ready, error) {
+	s.mu.Lock()
+	s.resolves++
+	s.mu.Unlock()
+	return s.storage.ResolveActivity(ctx, in)
+}
+
+func (s *stepCounter) ListEvents(ctx context.Context, runID string, afterID int64) ([]history.Event, error) {
+	s.mu.Lock()
+	s.reads++
+	s.mu.Unlock()
+	return s.storage.ListEvents(ctx, runID, afterID)
+}
+
+func (s *stepCounter) counts() (fused, refused, resolves, reads int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fused, s.refused, s.resolves, s.reads
+}
+
+func incr(_ context.Context, n int) (int, error) { return n + 1, nil }
+
+func threeIncrs(ctx workflow.Context, n int) (int, error) {
+	for range 3 {
+		var err error
+		if n, err = workflow.ExecuteActivity(ctx, incr, n).Get(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// incrWaitIncr adds the "add" signal between two activities.
+func incrWaitIncr(ctx workflow.Context, n int) (int, error) {
+	n, err := workflow.ExecuteActivity(ctx, incr, n).Get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	add, err := workflow.GetSignalChannel[int](ctx, "add").Receive(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return workflow.ExecuteActivity(ctx, incr, n+add).Get(ctx)
+}
+
+// incrNapIncr sleeps between two activities: a timer cannot be fused.
+func incrNapIncr(ctx workflow.Context, n int) (int, error) {
+	n, err := workflow.ExecuteActivity(ctx, incr, n).Get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := workflow.Sleep(ctx, time.Millisecond); err != nil {
+		return 0, err
+	}
+	return workflow.ExecuteActivity(ctx, incr, n).Get(ctx)
+}
+
+// fusedEngine runs an engine whose storage sc counts the writes.
+func fusedEngine(t *testing.T, sc *stepCounter) *Engine {
+	t.Helper()
+	e, err := New(pgtest.Pool(t), Options{
+		Logger: ambLogger(), PollInterval: 100 * time.Millisecond,
+		wrapStorage: func(s storage) storage { sc.storage = s; return sc },
+	})
+	require.NoError(t, err)
+	for _, wf := range []func(workflow.Context, int) (int, error){threeIncrs, incrWaitIncr, incrNapIncr} {
+		require.NoError(t, RegisterWorkflow(e, wf, WorkflowOptions{}))
+	}
+	require.NoError(t, RegisterActivity(e, incr, activity.Options{}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	return e
+}
+
+// A run in the cache of the engine that ran its activity takes each step in
+// one write: the outcome and the next workflow task, the close included.
+// Nothing reads the history back.
+func TestCachedStepsAreFused(t *testing.T) {
+	t.Parallel()
+	sc := &stepCounter{}
+	e := fusedEngine(t, sc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	run := func(n int) *Run[int] {
+		r, err := Start(ctx, e, threeIncrs, n, StartOptions{})
+		require.NoError(t, err)
+		got, err := r.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, n+3, got)
+		return r
+	}
+	// The first run may start before Run serves the queue: its first task
+	// is then claimed, and read from history.
+	run(0)
+	fused0, _, _, reads0 := sc.counts()
+	r := run(10)
+
+	fused, refused, resolves, reads := sc.counts()
+	require.Equal(t, 3, fused-fused0, "two steps and the close")
+	require.Zero(t, refused)
+	require.Zero(t, resolves, "no outcome on its own")
+	require.Equal(t, reads0, reads, "no history read")
+	events, err := r.History(ctx)
+	require.NoError(t, err)
+	var types []string
+	for i, ev := range events {
+		require.Equal(t, int64(i+1), ev.ID)
+		types = append(types, ev.Type())
+	}
+	require.Equal(t, []string{"workflow_started",
+		"activity_scheduled", "activity_completed", "activity_scheduled", "activity_completed",
+		"activity_scheduled", "activity_completed", "workflow_completed"}, types)
+	require.NoError(t, e.ReplayRun(ctx, r.WorkflowID), "the fused history replays")
+}
+
+// A signal that reaches the run while its activity runs makes the fused
+// write refuse; the outcome is then recorded on its own and the run goes on
+// from its history, signal included.
+func TestFusedStepYieldsToANewEvent(t *testing.T) {
+	t.Parallel()
+	sc := &stepCounter{}
+	var once sync.Once
+	sc.beforeFused = func(ctx context.Context, s storage, in store.CommitWorkflowTaskParams) {
+		once.Do(func() {
+			_, err := s.SignalRun(ctx, store.SignalParams{WorkflowID: in.WorkflowID, Now: in.Now},
+				history.SignalReceived{Name: "add", Payload: []byte("100")})
+			require.NoError(t, err)
+		})
+	}
+	e := fusedEngine(t, sc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := Start(ctx, e, incrWaitIncr, 1, StartOptions{})
+	require.NoError(t, err)
+	got, err := r.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1+1+100+1, got)
+
+	fused, refused, resolves, _ := sc.counts()
+	require.Equal(t, 1, refused, "the step after the signal")
+	require.Equal(t, 1, resolves, "its outcome, on its own")
+	require.Equal(t, 1, fused, "the close")
+	require.NoError(t, e.ReplayRun(ctx, r.WorkflowID))
+}
+
+// A step whose commands cannot be fused (a timer) records the outcome, then
+// commits the commands the cached run produced, without reading history.
+func TestUnfusableStepTakesTwoWrites(t *testing.T) {
+	t.Parallel()
+	sc := &stepCounter{}
+	e := fusedEngine(t, sc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := Start(ctx, e, incrNapIncr, 5, StartOptions{})
+	require.NoError(t, err)
+	got, err := r.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 7, got)
+
+	fused, refused, resolves, _ := sc.counts()
+	require.Equal(t, 1, resolves, "the outcome before the timer")
+	require.Zero(t, refused)
+	require.Equal(t, 1, fused, "the close")
+	events, err := r.History(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "timer_started", events[3].Type(), "the cached run's command, committed after the outcome (event 3)")
+	require.NoError(t, e.ReplayRun(ctx, r.WorkflowID))
+}
