@@ -50,6 +50,7 @@ func (e *Engine) fuse(ctx context.Context, at store.ActivityTask, attrs []slog.A
 
 	before := x.LastEventID()
 	f := &fusedOutcome{task: at, attrs: attrs, event: history.Event{ID: before + 1, Time: e.now(), Attributes: ev}}
+	x.HoldLogs() // until the step takes effect
 	if err := x.Apply([]history.Event{f.event}, before); err != nil {
 		// The plain path runs the task again from history and reports it.
 		x.Close()
@@ -91,6 +92,7 @@ func (e *Engine) fuse(ctx context.Context, at store.ActivityTask, attrs []slog.A
 			t := ready.WorkflowTasks[0]
 			next = &t
 		default:
+			x.ReleaseLogs(true) // the outcome is recorded and the task is ours
 			e.commitTask(ctx, ready.WorkflowTasks[0], x, cmds, wattrs, span, before, nil)
 		}
 		e.announce(ready)

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/syncbuf"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -79,6 +82,7 @@ func incrWaitIncr(ctx workflow.Context, n int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	workflow.Logger(ctx).Info("first step done")
 	add, err := workflow.GetSignalChannel[int](ctx, "add").Receive(ctx)
 	if err != nil {
 		return 0, err
@@ -98,11 +102,12 @@ func incrNapIncr(ctx workflow.Context, n int) (int, error) {
 	return workflow.ExecuteActivity(ctx, incr, n).Get(ctx)
 }
 
-// fusedEngine runs an engine whose storage sc counts the writes.
-func fusedEngine(t *testing.T, sc *stepCounter) *Engine {
+// fusedEngine runs an engine whose storage sc counts the writes and which
+// logs to log.
+func fusedEngine(t *testing.T, sc *stepCounter, log *syncbuf.Buffer) *Engine {
 	t.Helper()
 	e, err := New(pgtest.Pool(t), Options{
-		Logger: ambLogger(), PollInterval: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(log, nil)), PollInterval: 100 * time.Millisecond,
 		wrapStorage: func(s storage) storage { sc.storage = s; return sc },
 	})
 	require.NoError(t, err)
@@ -123,7 +128,7 @@ func fusedEngine(t *testing.T, sc *stepCounter) *Engine {
 func TestCachedStepsAreFused(t *testing.T) {
 	t.Parallel()
 	sc := &stepCounter{}
-	e := fusedEngine(t, sc)
+	e := fusedEngine(t, sc, &syncbuf.Buffer{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	run := func(n int) *Run[int] {
@@ -160,7 +165,8 @@ func TestCachedStepsAreFused(t *testing.T) {
 
 // A signal that reaches the run while its activity runs makes the fused
 // write refuse; the outcome is then recorded on its own and the run goes on
-// from its history, signal included.
+// from its history, signal included. What the refused step logged is
+// dropped: the line is logged once, by the step that took effect.
 func TestFusedStepYieldsToANewEvent(t *testing.T) {
 	t.Parallel()
 	sc := &stepCounter{}
@@ -172,7 +178,8 @@ func TestFusedStepYieldsToANewEvent(t *testing.T) {
 			require.NoError(t, err)
 		})
 	}
-	e := fusedEngine(t, sc)
+	log := &syncbuf.Buffer{}
+	e := fusedEngine(t, sc, log)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r, err := Start(ctx, e, incrWaitIncr, 1, StartOptions{})
@@ -185,6 +192,7 @@ func TestFusedStepYieldsToANewEvent(t *testing.T) {
 	require.Equal(t, 1, refused, "the step after the signal")
 	require.Equal(t, 1, resolves, "its outcome, on its own")
 	require.Equal(t, 1, fused, "the close")
+	require.Equal(t, 1, strings.Count(log.String(), "first step done"), "logged once:\n%s", log.String())
 	require.NoError(t, e.ReplayRun(ctx, r.WorkflowID))
 }
 
@@ -193,7 +201,7 @@ func TestFusedStepYieldsToANewEvent(t *testing.T) {
 func TestUnfusableStepTakesTwoWrites(t *testing.T) {
 	t.Parallel()
 	sc := &stepCounter{}
-	e := fusedEngine(t, sc)
+	e := fusedEngine(t, sc, &syncbuf.Buffer{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r, err := Start(ctx, e, incrNapIncr, 5, StartOptions{})

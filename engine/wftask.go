@@ -158,6 +158,9 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 		}
 	}
 	ready, err := e.store.CommitWorkflowTask(ctx, commit)
+	if fused != nil {
+		x.ReleaseLogs(err == nil) // a refused step's lines are dropped
+	}
 	// The claimed activities start once the run is back in the cache (at
 	// return): one that finishes at once then finds it there.
 	defer func() {

@@ -111,6 +111,10 @@ func (h *replayHandler) Handle(ctx context.Context, r slog.Record) error {
 	if h.x.replaying {
 		return nil
 	}
+	if h.x.holdLogs {
+		h.x.heldLogs = append(h.x.heldLogs, heldLine{ctx: ctx, h: h.inner, r: r.Clone()})
+		return nil
+	}
 	return h.inner.Handle(ctx, r)
 }
 

@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,15 @@ type executor struct {
 	replayedUpTo int64
 	closed       bool // a completion command was produced
 	logger       *slog.Logger
+	holdLogs     bool       // buffer log records (a step that may not take effect)
+	heldLogs     []heldLine // what the workflow logged while held
+}
+
+// heldLine is a log record held back until its step takes effect.
+type heldLine struct {
+	ctx context.Context
+	h   slog.Handler
+	r   slog.Record
 }
 
 type command struct {
@@ -75,6 +85,19 @@ func newExecutor(o wfexec.Options) *executor {
 }
 
 func (x *executor) LastEventID() int64 { return x.lastEventID }
+
+func (x *executor) HoldLogs() { x.holdLogs = true }
+
+func (x *executor) ReleaseLogs(emit bool) {
+	held := x.heldLogs
+	x.holdLogs, x.heldLogs = false, nil
+	if !emit {
+		return
+	}
+	for _, l := range held {
+		_ = l.h.Handle(l.ctx, l.r) // as slog.Logger does: a handler's error has nowhere to go
+	}
+}
 
 func (x *executor) StartedAt() time.Time { return x.startedAt }
 

@@ -53,6 +53,13 @@ type Executor interface {
 	TakeCommands() []history.Attributes
 	// LastEventID is the ID of the last applied event.
 	LastEventID() int64
+	// HoldLogs holds back what the workflow logs from now on, until
+	// ReleaseLogs: the lines of a step that may not take effect (a fused
+	// step, refused if the run moved on) are logged only if it does.
+	HoldLogs()
+	// ReleaseLogs logs the held lines if emit is true, else drops them,
+	// and stops holding.
+	ReleaseLogs(emit bool)
 	// StartedAt is the time of the run's WorkflowStarted event.
 	StartedAt() time.Time
 	// HasChildren reports whether the run started child workflows.
