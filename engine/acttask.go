@@ -28,30 +28,29 @@ func (e *Engine) claimActivityTasks(ctx context.Context, queue string, n int) ([
 }
 
 // runActivityTask runs one attempt of an activity and records its outcome:
-// the result, a retry, or the final failure.
-func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask) {
+// the result, a retry, or the final failure. If recording it scheduled the
+// run's next activity and claimed it for this slot (a fused step), it
+// returns that task: the slot runs it next.
+func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask) (next *store.ActivityTask) {
 	attrs := []slog.Attr{slog.String("activity", t.Activity), slog.Int64("task_id", t.ID), slog.Int("attempt", t.Attempt)}
 	if t.RunID != "" {
 		attrs = append(attrs, slog.String("run_id", t.RunID))
 	}
 	opts, err := decodeActivityOptions(t.Options)
 	if err != nil {
-		e.finishActivity(ctx, t, attrs, activity.Permanent(fmt.Errorf("decode options of activity %s: %w", t.Activity, err)), opts)
-		return
+		return e.finishActivity(ctx, t, attrs, activity.Permanent(fmt.Errorf("decode options of activity %s: %w", t.Activity, err)), opts)
 	}
 	opts = opts.WithDefaults()
 	e.mu.RLock()
 	def := e.activities[t.Activity]
 	e.mu.RUnlock()
 	if def == nil {
-		e.finishActivity(ctx, t, attrs, fmt.Errorf("activity %q is not registered on worker %s: register it, or route its queue %q to workers that have it", t.Activity, e.opts.WorkerID, t.Queue), opts)
-		return
+		return e.finishActivity(ctx, t, attrs, fmt.Errorf("activity %q is not registered on worker %s: register it, or route its queue %q to workers that have it", t.Activity, e.opts.WorkerID, t.Queue), opts)
 	}
 	if t.MaxAttempts > 0 && t.Attempt > t.MaxAttempts {
 		// The last attempt's lease ran out (its worker died or stalled).
 		err := &timeoutError{kind: "lease", d: leaseOf(opts), err: fmt.Errorf("attempt %d did not finish and no attempts are left", t.Attempt-1)}
-		e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt-1)
-		return
+		return e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt-1)
 	}
 	now := e.now()
 	timeout := opts.StartToCloseTimeout
@@ -59,8 +58,7 @@ func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask) {
 		left := t.ScheduledAt.Add(s2c).Sub(now)
 		if left <= 0 {
 			err := &timeoutError{kind: "schedule-to-close", d: s2c, err: fmt.Errorf("scheduled at %s", t.ScheduledAt.Format(time.RFC3339))}
-			e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt-1)
-			return
+			return e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt-1)
 		}
 		timeout = min(timeout, left)
 	}
@@ -98,20 +96,19 @@ func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask) {
 		}
 		if errors.Is(cause, store.ErrLeaseLost) {
 			e.log.LogAttrs(ctx, slog.LevelWarn, "activity attempt lost its lease; another attempt owns the task", attrs...)
-			return
+			return nil
 		}
 	}
 	if err != nil && ctx.Err() != nil {
 		// Cut short by shutdown: Run gives the task back without spending
 		// the attempt.
-		return
+		return nil
 	}
 	if err != nil {
-		e.finishActivity(ctx, t, attrs, err, opts)
-		return
+		return e.finishActivity(ctx, t, attrs, err, opts)
 	}
 	e.metrics.outcomes.WithLabelValues("activity", t.Activity, outcomeCompleted).Inc()
-	e.resolve(ctx, t, attrs, history.ActivityCompleted{Seq: t.Seq, Result: out, Attempt: t.Attempt})
+	return e.resolve(ctx, t, attrs, history.ActivityCompleted{Seq: t.Seq, Result: out, Attempt: t.Attempt})
 }
 
 // heartbeater records an attempt's heartbeats: it keeps the details for the
@@ -218,43 +215,41 @@ func errorClass(err error) string {
 
 // finishActivity decides what a failed attempt leads to: a retry on our
 // schedule, a retry on the other side's schedule, or the final failure.
-func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, opts activity.Options) {
+func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, opts activity.Options) *store.ActivityTask {
 	class := errorClass(cause)
 	policy := opts.Retry.WithDefaults()
 	now := e.now()
 	retry := store.RetryActivityParams{TaskID: t.ID, Attempt: t.Attempt, Error: cause.Error(), ErrorClass: class, Now: now}
 	switch after, rateLimited := activity.RetryAfter(cause); {
 	case activity.IsPermanent(cause) || slices.Contains(policy.NonRetryableErrorTypes, class):
-		e.resolveFailed(ctx, t, attrs, cause, class, t.Attempt)
-		return
+		return e.resolveFailed(ctx, t, attrs, cause, class, t.Attempt)
 	case rateLimited && t.RateLimited < policy.MaximumRateLimitedRetries:
 		retry.RunAfter, retry.RateLimited = now.Add(after), true
 	case t.MaxAttempts > 0 && t.Attempt >= t.MaxAttempts:
 		// The task's budget: the policy's, plus rate-limited retries and
 		// attempts given back on shutdown.
-		e.resolveFailed(ctx, t, attrs, cause, class, t.Attempt)
-		return
+		return e.resolveFailed(ctx, t, attrs, cause, class, t.Attempt)
 	default:
 		retry.RunAfter = now.Add(policy.Delay(t.Attempt, e.opts.RandFunc))
 	}
 	if s2c := opts.ScheduleToCloseTimeout; s2c > 0 && retry.RunAfter.After(t.ScheduledAt.Add(s2c)) {
 		err := &timeoutError{kind: "schedule-to-close", d: s2c, err: cause}
-		e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt)
-		return
+		return e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt)
 	}
 	e.metrics.outcomes.WithLabelValues("activity", t.Activity, outcomeFailedRetrying).Inc()
 	e.log.LogAttrs(ctx, slog.LevelWarn, "activity attempt failed; retrying",
 		append(attrs, slog.String("error", cause.Error()), slog.String("class", class), slog.Time("retry_at", retry.RunAfter))...)
 	if err := e.store.RetryActivity(ctx, retry); err != nil {
 		e.logLostWrite(ctx, "record activity retry", attrs, err)
-		return
+		return nil
 	}
 	// Wake the queue's pollers: they look again and sleep until the retry
 	// is due, instead of until the end of the lease they saw.
 	e.hub.publish("a:" + t.Queue)
+	return nil
 }
 
-func (e *Engine) resolveFailed(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, class string, attempts int) {
+func (e *Engine) resolveFailed(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, class string, attempts int) *store.ActivityTask {
 	e.log.LogAttrs(ctx, slog.LevelWarn, "activity failed for good",
 		append(attrs, slog.String("error", cause.Error()), slog.String("class", class))...)
 	e.metrics.outcomes.WithLabelValues("activity", t.Activity, outcomeFailedFinal).Inc()
@@ -262,20 +257,20 @@ func (e *Engine) resolveFailed(ctx context.Context, t store.ActivityTask, attrs 
 		e.metrics.outcomes.WithLabelValues("activity", t.Activity, outcomeDeadLettered).Inc()
 	}
 	f := history.Failure{Message: cause.Error(), Class: class, Attempts: attempts}
-	e.resolve(ctx, t, attrs, history.ActivityFailed{Seq: t.Seq, Failure: f})
+	return e.resolve(ctx, t, attrs, history.ActivityFailed{Seq: t.Seq, Failure: f})
 }
 
-func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, ev history.Attributes) {
+func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, ev history.Attributes) *store.ActivityTask {
 	in := store.ResolveActivityParams{RunID: t.RunID, TaskID: t.ID, Attempt: t.Attempt, Event: ev, Now: e.now()}
 	// The run's next workflow task is claimed by this transaction and run
 	// here, if this engine serves its queue and has a free slot.
 	var p *workerPool[store.WorkflowTask]
 	if t.RunID != "" {
-		if handled, next := e.fuse(ctx, t, attrs, ev); handled {
-			if next != nil {
-				e.processWorkflowTask(ctx, *next)
+		if handled, then, next := e.fuse(ctx, t, attrs, ev); handled {
+			if then != nil {
+				e.processWorkflowTask(ctx, *then)
 			}
-			return
+			return next
 		}
 		if p = e.workflowPool(t.WorkflowQueue); p != nil && p.tryAcquire() {
 			in.Now = e.now()
@@ -293,9 +288,10 @@ func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog
 	}
 	if err != nil {
 		e.logLostWrite(ctx, "record activity outcome", attrs, err)
-		return
+		return nil
 	}
 	e.announce(ready)
+	return nil
 }
 
 // logLostWrite logs a write that did not happen. A lost lease is expected

@@ -27,14 +27,16 @@ type fusedOutcome struct {
 // workflow task), and no workflow task row is written.
 //
 // The workflow task runs in the activity's slot: it is the same goroutine,
-// one step later. fuse reports whether it took care of the outcome, and
-// returns the run's workflow task if it claimed one for the caller to run. If it did not (the run is not cached, or moved on
+// one step later. fuse reports whether it took care of the outcome. It
+// returns the run's workflow task if it claimed one for the caller to run
+// (then), and the activity the step scheduled and claimed for the slot
+// (next). If it did not (the run is not cached, or moved on
 // meanwhile), the caller records the outcome on its own, and the run's next
 // task reads its history as usual.
-func (e *Engine) fuse(ctx context.Context, at store.ActivityTask, attrs []slog.Attr, ev history.Attributes) (handled bool, next *store.WorkflowTask) {
+func (e *Engine) fuse(ctx context.Context, at store.ActivityTask, attrs []slog.Attr, ev history.Attributes) (handled bool, then *store.WorkflowTask, next *store.ActivityTask) {
 	x, t := e.cache.take(at.RunID)
 	if x == nil {
-		return false, nil
+		return false, nil, nil
 	}
 	e.metrics.cache.WithLabelValues("hit").Inc()
 	began := time.Now()
@@ -55,11 +57,11 @@ func (e *Engine) fuse(ctx context.Context, at store.ActivityTask, attrs []slog.A
 		// The plain path runs the task again from history and reports it.
 		x.Close()
 		spanErr = err
-		return false, nil
+		return false, nil, nil
 	}
 	cmds := x.TakeCommands()
 	t.Token, t.ProcessedEventID, t.Events = 0, f.event.ID, nil
-	err := e.commitTask(ctx, t, x, cmds, wattrs, span, before, f)
+	next, err := e.commitTask(ctx, t, x, cmds, wattrs, span, before, f)
 	switch {
 	case err == nil:
 		// Tests see the step as a task once it took effect: a fused step
@@ -69,9 +71,9 @@ func (e *Engine) fuse(ctx context.Context, at store.ActivityTask, attrs []slog.A
 			(*h)(at.RunID, true)
 			(*h)(at.RunID, false)
 		}
-		return true, nil
+		return true, nil, next
 	case errors.Is(err, store.ErrRunMoved):
-		return false, nil
+		return false, nil, nil
 	case errors.Is(err, errNotFusable):
 		// Two transactions: the outcome, claiming the run's new workflow
 		// task for this worker, then the commands, if nothing else reached
@@ -84,19 +86,19 @@ func (e *Engine) fuse(ctx context.Context, at store.ActivityTask, attrs []slog.A
 		case err != nil:
 			x.Close()
 			e.logLostWrite(ctx, "record activity outcome", attrs, err)
-			return true, nil
+			return true, nil, nil
 		case len(ready.WorkflowTasks) != 1:
 			x.Close()
 		case len(ready.WorkflowTasks[0].Events) != 1 || ready.WorkflowTasks[0].Events[0].ID != f.event.ID:
 			x.Close()
 			t := ready.WorkflowTasks[0]
-			next = &t
+			then = &t
 		default:
 			x.ReleaseLogs(true) // the outcome is recorded and the task is ours
-			e.commitTask(ctx, ready.WorkflowTasks[0], x, cmds, wattrs, span, before, nil)
+			e.commitTask(ctx, ready.WorkflowTasks[0], x, cmds, wattrs, span, before, nil) // not fused: no next activity
 		}
 		e.announce(ready)
-		return true, next
+		return true, then, nil
 	}
-	return false, nil // commitTask returns no other error
+	return false, nil, nil // commitTask returns no other error
 }

@@ -108,7 +108,7 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		return
 	}
 
-	e.commitTask(ctx, t, x, x.TakeCommands(), attrs, span, before, nil)
+	e.commitTask(ctx, t, x, x.TakeCommands(), attrs, span, before, nil) // no fused step, no next activity
 }
 
 // errNotFusable is commitTask's answer to a fused step whose commands the
@@ -125,7 +125,7 @@ var errNotFusable = errors.New("commands cannot be fused with the outcome")
 // the fused statements do not cover, and store.ErrRunMoved, having closed
 // x, if the run moved on; the caller records the outcome on its own.
 func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.Executor, cmds []history.Attributes,
-	attrs []slog.Attr, span trace.Span, before int64, fused *fusedOutcome) error {
+	attrs []slog.Attr, span trace.Span, before int64, fused *fusedOutcome) (next *store.ActivityTask, err error) {
 	now := e.now()
 	if fused != nil {
 		now = fused.event.Time
@@ -135,26 +135,36 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 	if err != nil {
 		x.Close()
 		if fused != nil { // the plain path replays the task and fails it
-			return store.ErrRunMoved
+			return nil, store.ErrRunMoved
 		}
 		e.failWorkflowTask(ctx, t, attrs, err)
-		return nil
+		return nil, nil
 	}
 	if fused != nil {
 		commit.Outcome = &store.Outcome{TaskID: fused.task.ID, Attempt: fused.task.Attempt}
 		commit.Events = append([]history.Attributes{fused.event.Attributes}, commit.Events...)
 		if !commit.Fusable() {
-			return errNotFusable
+			return nil, errNotFusable
 		}
 	}
 	// Activities on queues this engine serves with a free slot are claimed by
 	// the commit itself and run here, without a claim transaction.
 	// The pools are held from here on: Run may drop its pool list meanwhile.
+	// In a fused step the slot of the activity that finished runs the
+	// first new activity of its queue: a sequence of activities runs in one
+	// slot, one claim each, whatever the other slots are doing.
 	reserved := map[int64]*workerPool[store.ActivityTask]{}
+	var inline int64
 	for i := range commit.Activities {
-		if p := e.activityPool(commit.Activities[i].Queue); p != nil && p.tryAcquire() {
-			commit.Activities[i].ClaimAs = e.opts.WorkerID
-			reserved[commit.Activities[i].Seq] = p
+		a := &commit.Activities[i]
+		p := e.activityPool(a.Queue)
+		switch {
+		case p == nil:
+		case fused != nil && inline == 0 && a.Queue == fused.task.Queue:
+			a.ClaimAs, inline = e.opts.WorkerID, a.Seq
+		case p.tryAcquire():
+			a.ClaimAs = e.opts.WorkerID
+			reserved[a.Seq] = p
 		}
 	}
 	ready, err := e.store.CommitWorkflowTask(ctx, commit)
@@ -165,6 +175,10 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 	// return): one that finishes at once then finds it there.
 	defer func() {
 		for _, a := range ready.ActivityTasks {
+			if a.Seq == inline {
+				next = &a
+				continue
+			}
 			if p := reserved[a.Seq]; p != nil {
 				p.start(a)
 				delete(reserved, a.Seq)
@@ -178,7 +192,7 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 		x.Close()
 		switch {
 		case fused != nil && errors.Is(err, store.ErrRunMoved):
-			return err
+			return nil, err
 		case fused != nil:
 			e.logLostWrite(ctx, "record activity outcome with the next workflow task", fused.attrs, err)
 		case errors.Is(err, store.ErrLeaseLost):
@@ -188,7 +202,7 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 			e.log.LogAttrs(ctx, slog.LevelWarn, "commit workflow task; it runs again when its lease ends",
 				append(attrs, slog.String("error", err.Error()))...)
 		}
-		return nil
+		return nil, nil
 	}
 	e.announce(ready)
 	e.warnLongHistory(ctx, t, attrs, before, max(x.LastEventID(), ready.FirstEventID+int64(len(commit.Events))-1))
@@ -218,18 +232,18 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 		}
 		if err := x.Apply(events, math.MaxInt64); err != nil {
 			x.Close() // cannot happen: they are its own commands; replay decides
-			return nil
+			return next, nil
 		}
 	}
 	if commit.Close != nil || (x.OnlyTimers() && !wakesSoon(commit)) {
 		// A closed run is done; a run that only sleeps holds nothing in
 		// memory while it waits, and is rebuilt by replay when it wakes.
 		x.Close()
-		return nil
+		return next, nil
 	}
 	t.Events = nil
 	e.cache.put(t, x)
-	return nil
+	return next, nil
 }
 
 // shortSleep is how soon a timer must fire for a run that waits only on

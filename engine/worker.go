@@ -84,7 +84,10 @@ func (e *Engine) Run(ctx context.Context) error {
 	var tasks sync.WaitGroup // every task goroutine, polled or handed off
 	ps := &pools{wf: map[string]*workerPool[store.WorkflowTask]{}, act: map[string]*workerPool[store.ActivityTask]{}}
 	for queue, qo := range e.opts.Queues {
-		ps.wf[queue] = newWorkerPool(hard, &tasks, qo.WorkflowConcurrency, e.processWorkflowTask)
+		ps.wf[queue] = newWorkerPool(hard, &tasks, qo.WorkflowConcurrency, func(ctx context.Context, t store.WorkflowTask) *store.WorkflowTask {
+			e.processWorkflowTask(ctx, t)
+			return nil
+		})
 		ps.act[queue] = newWorkerPool(hard, &tasks, qo.ActivityConcurrency, e.runActivityTask)
 	}
 	e.pools.Store(ps)
@@ -167,10 +170,11 @@ type workerPool[T any] struct {
 	sem   chan struct{}
 	hard  context.Context
 	tasks *sync.WaitGroup
-	work  func(ctx context.Context, t T)
+	// work runs a task; it may return another that the slot runs next.
+	work func(ctx context.Context, t T) (next *T)
 }
 
-func newWorkerPool[T any](hard context.Context, tasks *sync.WaitGroup, slots int, work func(context.Context, T)) *workerPool[T] {
+func newWorkerPool[T any](hard context.Context, tasks *sync.WaitGroup, slots int, work func(context.Context, T) *T) *workerPool[T] {
 	return &workerPool[T]{sem: make(chan struct{}, slots), hard: hard, tasks: tasks, work: work}
 }
 
@@ -196,7 +200,9 @@ func (p *workerPool[T]) start(t T) {
 	go func() {
 		defer p.tasks.Done()
 		defer p.release()
-		p.work(p.hard, t)
+		for next := &t; next != nil; {
+			next = p.work(p.hard, *next)
+		}
 	}()
 }
 
