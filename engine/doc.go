@@ -59,7 +59,8 @@
 //
 // [Engine.Run] blocks until its context is done. For each queue in
 // [Options].Queues it runs up to WorkflowConcurrency workflow tasks and
-// ActivityConcurrency activities at once, and it runs the timer scanner
+// ActivityConcurrency activities at once (a fused step, below, runs in its
+// activity's slot), and it runs the timer scanner
 // (package timer). Idle workers wait for a notification, or for the backstop
 // poll every [Options].PollInterval; nothing polls in a tight loop.
 //
@@ -85,7 +86,19 @@
 // A workflow task brings a run's code up to date with its history, runs it
 // until every coroutine waits, and commits the commands it gave (events,
 // activity tasks, timers, or the run's close) in one transaction. Only one
-// task per run is in flight at a time: the claim guarantees it.
+// task per run takes effect at a time: the claim guarantees it.
+//
+// A step of a cached run is fused: when an activity finishes on the engine
+// that has its run in memory, the run applies the outcome there, at once,
+// and the outcome and the commands it gave are committed in one
+// transaction, fenced by the activity's attempt and the run's next event ID
+// (no workflow task is claimed). The step runs in the activity's slot, which
+// then runs the next activity the step scheduled on its queue. If anything
+// else reached the run meanwhile (a signal, a timer, another engine), the
+// commit changes nothing and the step is taken the ordinary way; what the
+// workflow logged in the refused attempt is dropped. Steps that start
+// timers, children or continue-as-new record the outcome first and then
+// commit the commands the run already produced.
 //
 // Each engine keeps the code of up to [Options].CacheSize live runs in
 // memory (least recently used first out), so a step costs the new events, not

@@ -92,6 +92,8 @@ type Options struct {
 // QueueOptions configure the workers of one queue.
 type QueueOptions struct {
 	// WorkflowConcurrency is how many workflow tasks run at once. Default 32.
+	// A fused step (see the package documentation) runs in the slot of the
+	// activity that finished, not in one of these.
 	WorkflowConcurrency int
 	// ActivityConcurrency is how many activities run at once. Default 32.
 	ActivityConcurrency int

@@ -94,7 +94,8 @@ func (e *Engine) fuse(ctx context.Context, at store.ActivityTask, attrs []slog.A
 			t := ready.WorkflowTasks[0]
 			then = &t
 		default:
-			x.ReleaseLogs(true) // the outcome is recorded and the task is ours
+			// The outcome is recorded and the task is ours.
+			x.ReleaseLogs(true)
 			e.commitTask(ctx, ready.WorkflowTasks[0], x, cmds, wattrs, span, before, nil) // not fused: no next activity
 		}
 		e.announce(ready)
