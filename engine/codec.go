@@ -198,9 +198,17 @@ func (s codecStorage) CreateRun(ctx context.Context, in store.CreateRunParams) (
 	if err := field("input", &in.Input, s.encode); err != nil {
 		return store.Run{}, fmt.Errorf("create run of workflow %q: %w", in.WorkflowID, err)
 	}
+	if in.First != nil {
+		first, err := s.encodeCommit(*in.First)
+		if err != nil {
+			return store.Run{}, fmt.Errorf("create run of workflow %q: %w", in.WorkflowID, err)
+		}
+		in.First = &first
+	}
 	r, err := s.storage.CreateRun(ctx, in)
 	if err == nil {
 		r.Input = plain
+		r.Ready = s.decodeReady(r.Ready)
 		return r, nil
 	}
 	// ErrConflict comes with the open run that holds the workflow ID.

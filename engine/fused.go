@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/wfexec"
 )
 
 // fusedOutcome is the activity outcome a fused step records.
@@ -102,4 +105,108 @@ func (e *Engine) fuse(ctx context.Context, at store.ActivityTask, attrs []slog.A
 		return true, then, nil
 	}
 	return false, nil, nil // commitTask returns no other error
+}
+
+// eagerStart runs the first workflow task of a run that this engine is
+// about to start, and runs, before the run is inserted: the run is then
+// inserted with the task's commands (store.CreateRunParams.First), in one
+// transaction, with no workflow task to claim or history to read. This is
+// what makes a start cost one transaction. The task runs in the caller's
+// goroutine: workflow code before its first command is deterministic and
+// quick, or it is a bug.
+//
+// It returns nil, leaving params as they were, if the engine does not run
+// the workflow's type on its queue, or the task's commands are more than
+// events and activities (timers, a close...), or the code fails: the start
+// then goes the ordinary way. Otherwise it returns the function to call
+// with CreateRun's outcome, which keeps the run in the cache and starts the
+// activities claimed for this engine; until then Run keeps its pools.
+func (e *Engine) eagerStart(ctx context.Context, params *store.CreateRunParams) (finish func(store.Run, error)) {
+	e.handoffMu.RLock()
+	e.mu.RLock()
+	def := e.workflows[params.WorkflowType]
+	e.mu.RUnlock()
+	if def == nil || e.workflowPool(params.Queue) == nil {
+		e.handoffMu.RUnlock()
+		return nil
+	}
+	t := firstTask(*params, 0)
+	began := time.Now()
+	x := wfexec.New(wfexec.Options{
+		RunID: t.RunID, WorkflowID: t.WorkflowID, WorkflowType: t.WorkflowType,
+		Func: def.run, ResolveActivity: e.resolveActivity, ResolveWorkflow: e.resolveWorkflow, Logger: e.log,
+	})
+	x.HoldLogs()                              // until the run is recorded: a start may find the ID taken
+	giveUp := func() func(store.Run, error) { // the start goes the ordinary way
+		x.Close()
+		e.handoffMu.RUnlock()
+		return nil
+	}
+	if err := x.Apply(t.Events, 0); err != nil {
+		return giveUp()
+	}
+	commit, err := e.commitParams(t, 1, x.TakeCommands(), params.Now)
+	if err != nil || !commit.IsStep() {
+		return giveUp()
+	}
+	reserved := map[int64]*workerPool[store.ActivityTask]{}
+	for i := range commit.Activities {
+		a := &commit.Activities[i]
+		if p := e.activityPool(a.Queue); p != nil && p.tryAcquire() {
+			a.ClaimAs = e.opts.WorkerID
+			reserved[a.Seq] = p
+		}
+	}
+	params.First = &commit
+	e.metrics.cache.WithLabelValues("miss").Inc()
+	// The task's span starts when it did, now that it is known to count.
+	_, span := e.tracer.Start(runContext(ctx, t.TraceContext), "durable.workflow_task", trace.WithTimestamp(began),
+		trace.WithAttributes(attribute.String("durable.workflow.type", t.WorkflowType), attribute.String("durable.workflow.id", t.WorkflowID),
+			attribute.String("durable.run.id", t.RunID), attribute.Bool("durable.cache_hit", false), attribute.Bool("durable.eager", true)))
+	return func(r store.Run, err error) {
+		defer e.handoffMu.RUnlock()
+		defer func() {
+			if errors.Is(err, store.ErrConflict) { // the ID was taken: the task never counted
+				span.SetAttributes(attribute.Bool("durable.discarded", true))
+				err = nil
+			}
+			endSpan(span, err)
+			e.metrics.taskLatency.Observe(time.Since(began).Seconds())
+		}()
+		defer func() {
+			for _, a := range r.Ready.ActivityTasks {
+				if p := reserved[a.Seq]; p != nil && err == nil {
+					p.start(a)
+					delete(reserved, a.Seq)
+				}
+			}
+			for _, p := range reserved {
+				p.release()
+			}
+		}()
+		if err != nil { // the ID is taken, or the insert failed: nothing of ours was recorded
+			x.Close()
+			return
+		}
+		x.ReleaseLogs(true)
+		if h := testHookWorkflowTask.Load(); h != nil {
+			(*h)(t.RunID, true)
+			(*h)(t.RunID, false)
+		}
+		e.announce(r.Ready)
+		own := make([]history.Event, len(commit.Events))
+		for i, a := range commit.Events {
+			own[i] = history.Event{ID: 2 + int64(i), Time: params.Now, Attributes: a}
+		}
+		if err := x.Apply(own, math.MaxInt64); err != nil {
+			x.Close() // cannot happen: they are its own commands
+			return
+		}
+		if x.OnlyTimers() { // it waits for a signal: nothing to keep it for
+			x.Close()
+			return
+		}
+		t.Events = nil
+		e.cache.put(t, x)
+	}
 }

@@ -22,9 +22,19 @@ import (
 // if set, runs before each fused commit.
 type stepCounter struct {
 	storage
-	mu                              sync.Mutex
-	fused, refused, resolves, reads int
-	beforeFused                     func(ctx context.Context, s storage, in store.CommitWorkflowTaskParams)
+	mu                                     sync.Mutex
+	fused, refused, resolves, reads, eager int
+	beforeFused                            func(ctx context.Context, s storage, in store.CommitWorkflowTaskParams)
+}
+
+func (s *stepCounter) CreateRun(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
+	r, err := s.storage.CreateRun(ctx, in)
+	if in.First != nil && err == nil {
+		s.mu.Lock()
+		s.eager++
+		s.mu.Unlock()
+	}
+	return r, err
 }
 
 func (s *stepCounter) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowTaskParams) (store.Ready, error) {
@@ -122,9 +132,10 @@ func fusedEngine(t *testing.T, sc *stepCounter, log *syncbuf.Buffer) *Engine {
 	return e
 }
 
-// A run in the cache of the engine that ran its activity takes each step in
-// one write: the outcome and the next workflow task, the close included.
-// Nothing reads the history back.
+// A run started by an engine that runs it is inserted with its first
+// task's commands, and then, in the cache of the engine that ran its
+// activity, takes each step in one write: the outcome and the next workflow
+// task, the close included. Nothing reads the history back.
 func TestCachedStepsAreFused(t *testing.T) {
 	t.Parallel()
 	sc := &stepCounter{}
@@ -143,7 +154,13 @@ func TestCachedStepsAreFused(t *testing.T) {
 	// is then claimed, and read from history.
 	run(0)
 	fused0, _, _, reads0 := sc.counts()
+	sc.mu.Lock()
+	eager0 := sc.eager
+	sc.mu.Unlock()
 	r := run(10)
+	sc.mu.Lock()
+	require.Equal(t, eager0+1, sc.eager, "the start carried the first task's commands")
+	sc.mu.Unlock()
 
 	fused, refused, resolves, reads := sc.counts()
 	require.Equal(t, 3, fused-fused0, "two steps and the close")

@@ -124,19 +124,29 @@ func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any
 		// is right; without a running hub nothing would send ours.
 		Notify: inTx || !e.hub.active(),
 	}
-	// A run started outside a transaction by a running engine that has a
-	// free workflow slot for it is claimed by its own insert and run here:
-	// no claim, no history read, no notification.
-	var p *workerPool[store.WorkflowTask]
+	// A run started outside a transaction by a running engine that runs its
+	// type has its first task run here first, and is inserted with it (see
+	// eagerStart). If that cannot be, and a workflow slot is free, the run's
+	// first task is claimed by its own insert and run here: no claim, no
+	// history read, no notification.
+	var (
+		p     *workerPool[store.WorkflowTask]
+		eager func(store.Run, error)
+	)
 	if !inTx {
-		var done func()
-		p, done = e.reserveFirstTask(name, queue)
-		defer done()
-		if p != nil {
-			params.ClaimAs, params.Lease, params.Notify = e.opts.WorkerID, e.opts.WorkflowTaskLease, false
+		if eager = e.eagerStart(ctx, &params); eager == nil {
+			var done func()
+			p, done = e.reserveFirstTask(name, queue)
+			defer done()
+			if p != nil {
+				params.ClaimAs, params.Lease, params.Notify = e.opts.WorkerID, e.opts.WorkflowTaskLease, false
+			}
 		}
 	}
 	r, err := s.CreateRun(ctx, params)
+	if eager != nil {
+		eager(r, err)
+	}
 	if p != nil {
 		if err == nil && r.Token != 0 {
 			p.start(firstTask(params, r.Token))

@@ -67,6 +67,9 @@ type Run struct {
 	// Token is set by CreateRun when CreateRunParams.ClaimAs claimed the
 	// run's first workflow task: the claim's fencing token.
 	Token int64
+	// Ready is set by CreateRun with CreateRunParams.First: the activities
+	// the first task made ready, or claimed for the starting worker.
+	Ready Ready
 }
 
 // CreateRunParams are the inputs of CreateRun.
@@ -87,6 +90,13 @@ type CreateRunParams struct {
 	// for Lease (a hand-off: the starting engine runs it without a claim).
 	ClaimAs string
 	Lease   time.Duration
+	// First, if set, is the run's first workflow task, run by the starting
+	// engine before the insert (an eager start): its events and activities
+	// are recorded with the run, after its WorkflowStarted event, and the
+	// run has no workflow task. It must be a step (see IsStep); its
+	// RunID, Now and ProcessedEventID (1) match the run's. ClaimAs does not
+	// apply.
+	First *CommitWorkflowTaskParams
 }
 
 // Started is the first event of the run CreateRun creates.
@@ -238,17 +248,27 @@ type Outcome struct {
 }
 
 // Fusable reports whether a commit's shape may carry an Outcome: a step
-// (events and activities) or a completion of a run that has no parent,
-// children, timers or other activities.
+// or a completion of a run that has no parent, children, timers or other
+// activities.
 func (p CommitWorkflowTaskParams) Fusable() bool {
-	if len(p.Timers) > 0 || len(p.CanceledTimers) > 0 || len(p.CanceledActivities) > 0 ||
-		len(p.Children) > 0 || p.ContinueAs != nil || p.CloseChildren || len(p.Events) == 0 {
+	if len(p.Events) == 0 { // the outcome is the first event
 		return false
 	}
-	if c := p.Close; c != nil {
+	if c := p.Close; c != nil && p.bare() {
 		return c.Status == StatusCompleted && p.ParentRunID == "" && len(p.Activities) == 0
 	}
-	return true
+	return p.IsStep()
+}
+
+// IsStep reports whether a commit only appends events and schedules
+// activities: the commonest shape, which has statements of its own.
+func (p CommitWorkflowTaskParams) IsStep() bool { return p.Close == nil && p.bare() }
+
+// bare reports whether a commit has nothing but events, activities and a
+// close.
+func (p CommitWorkflowTaskParams) bare() bool {
+	return len(p.Timers) == 0 && len(p.CanceledTimers) == 0 && len(p.CanceledActivities) == 0 &&
+		len(p.Children) == 0 && p.ContinueAs == nil && !p.CloseChildren
 }
 
 // NewChild is a child workflow to start.

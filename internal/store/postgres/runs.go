@@ -34,12 +34,33 @@ SELECT count(*), count(CASE WHEN @notify THEN pg_notify('durable', 'w:' || queue
     coalesce((SELECT token FROM task), 0)
 FROM run`
 
+// createRunFirstSQL is createRunSQL for an eager start: the run comes with
+// the events and activities of its first workflow task, and no task.
+const createRunFirstSQL = `
+WITH run AS (
+    INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, processed_event_id,
+        trace_context, created_at, updated_at)
+    VALUES (@run_id, @workflow_id, @workflow_type, @queue, 'running', @input, 2 + cardinality(@types::text[]), 1,
+        nullif(@trace, ''), @now, @now)
+    ON CONFLICT (workflow_id) WHERE status = 'running' DO NOTHING
+    RETURNING run_id, queue, 2::bigint AS first_id
+), started AS (
+    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
+    SELECT run_id, 1, @event_type, @event, @now FROM run
+` + commitEventsCTE + commitActivitiesCTE + `)
+SELECT (SELECT count(*) FROM run),
+    (SELECT array_agg(DISTINCT queue) FROM acts WHERE run_after <= @now AND locked_by IS NULL),
+    (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until)) FROM acts WHERE locked_by IS NOT NULL)`
+
 // CreateRun implements store.Store.
 func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
 	started := in.Started()
 	attrs, err := history.Encode(started)
 	if err != nil {
 		return store.Run{}, err
+	}
+	if in.First != nil {
+		return s.createRunFirst(ctx, in, started.EventType(), string(attrs))
 	}
 	var n, notes int
 	var token int64
@@ -61,16 +82,7 @@ func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.
 		return store.Run{}, fmt.Errorf("create run: %w", translate(err))
 	}
 	if n == 0 {
-		existing, err := s.getRun(ctx, getOpenRunSQL, in.WorkflowID)
-		if errors.Is(err, store.ErrNotFound) {
-			// The open run closed between our insert and this read: its
-			// workflow ID is free again, so try once more.
-			return s.CreateRun(ctx, in)
-		}
-		if err != nil {
-			return store.Run{}, err
-		}
-		return existing, store.ErrConflict
+		return s.openRunOf(ctx, in)
 	}
 	return store.Run{
 		RunID:        in.RunID,
@@ -83,6 +95,57 @@ func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.
 		UpdatedAt:    in.Now,
 		LastEventID:  1,
 		Token:        token,
+	}, nil
+}
+
+// openRunOf returns the open run that kept CreateRun from inserting, with
+// ErrConflict, or creates the run if that one has closed meanwhile.
+func (s *Store) openRunOf(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
+	existing, err := s.getRun(ctx, getOpenRunSQL, in.WorkflowID)
+	if errors.Is(err, store.ErrNotFound) {
+		// The open run closed between our insert and this read: its
+		// workflow ID is free again, so try once more.
+		return s.CreateRun(ctx, in)
+	}
+	if err != nil {
+		return store.Run{}, err
+	}
+	return existing, store.ErrConflict
+}
+
+// createRunFirst is CreateRun with the first task's commands (in.First).
+func (s *Store) createRunFirst(ctx context.Context, in store.CreateRunParams, eventType, event string) (store.Run, error) {
+	f := *in.First
+	if !f.IsStep() || f.RunID != in.RunID {
+		return store.Run{}, fmt.Errorf("create run %s: its first task may only append events and schedule activities, for the same run", in.RunID)
+	}
+	types, attrs, err := encodeEvents(f.Events)
+	if err != nil {
+		return store.Run{}, fmt.Errorf("create run %s: %w", in.RunID, err)
+	}
+	args := namedArgs{
+		"trace": in.TraceContext, "run_id": in.RunID, "workflow_id": in.WorkflowID, "workflow_type": in.WorkflowType,
+		"queue": in.Queue, "input": jsonArg(in.Input), "now": in.Now, "event_type": eventType, "event": event,
+		"types": types, "attrs": attrs,
+	}
+	activityArgs(args, f.Activities)
+	var (
+		n       int
+		ready   store.Ready
+		claimed []claimedActivity
+	)
+	err = s.db.QueryRow(ctx, createRunFirstSQL, args).Scan(&n, &ready.ActivityQueues, &claimed)
+	if err != nil {
+		return store.Run{}, fmt.Errorf("create run: %w", translate(err))
+	}
+	if n == 0 {
+		return s.openRunOf(ctx, in)
+	}
+	ready.FirstEventID = 2
+	return store.Run{
+		RunID: in.RunID, WorkflowID: in.WorkflowID, WorkflowType: in.WorkflowType, Queue: in.Queue,
+		Status: store.StatusRunning, Input: in.Input, CreatedAt: in.Now, UpdatedAt: in.Now,
+		LastEventID: 1 + int64(len(f.Events)), Ready: handedOff(f, ready, claimed),
 	}, nil
 }
 

@@ -271,16 +271,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 			args["fail_message"], args["fail_class"] = c.Failure.Message, c.Failure.Class
 		}
 	}
-	n := len(in.Activities)
-	seq, name, queue, input, key, opts := make([]int64, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	maxAttempts, lease, after, claim := make([]int32, n), make([]int64, n), make([]any, n), make([]string, n)
-	for i, a := range in.Activities {
-		seq[i], name[i], queue[i], input[i], key[i] = a.Seq, a.Activity, a.Queue, jsonArg(a.Input), a.IdempotencyKey
-		opts[i], maxAttempts[i], lease[i], after[i], claim[i] = jsonArg(a.Options), int32(a.MaxAttempts), a.Lease.Milliseconds(), a.RunAfter, a.ClaimAs
-	}
-	args["act_claim"] = claim
-	args["act_seq"], args["act_name"], args["act_queue"], args["act_input"], args["act_key"] = seq, name, queue, input, key
-	args["act_options"], args["act_max"], args["act_lease"], args["act_after"] = opts, maxAttempts, lease, after
+	activityArgs(args, in.Activities)
 	tseq, tat := make([]int64, len(in.Timers)), make([]any, len(in.Timers))
 	for i, t := range in.Timers {
 		tseq[i], tat[i] = t.Seq, ceilMicrosecond(t.FireAt)
@@ -316,7 +307,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 		})
 	} else {
 		sql := commitWorkflowTaskSQL
-		if in.Close == nil && len(in.Timers) == 0 && len(in.CanceledTimers) == 0 && len(in.CanceledActivities) == 0 && in.ContinueAs == nil {
+		if in.IsStep() {
 			sql = commitStepSQL
 		}
 		err = s.queryRow(ctx, in.RunID, sql, args, scan)
@@ -394,6 +385,20 @@ func (s *Store) ReleaseWorkflowTasks(ctx context.Context, in store.ReleaseParams
 		return fmt.Errorf("release workflow tasks of worker %s: %w", in.WorkerID, err)
 	}
 	return nil
+}
+
+// activityArgs sets the arguments of commitActivitiesCTE.
+func activityArgs(args namedArgs, acts []store.NewActivityTask) {
+	n := len(acts)
+	seq, name, queue, input, key, opts := make([]int64, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	maxAttempts, lease, after, claim := make([]int32, n), make([]int64, n), make([]any, n), make([]string, n)
+	for i, a := range acts {
+		seq[i], name[i], queue[i], input[i], key[i] = a.Seq, a.Activity, a.Queue, jsonArg(a.Input), a.IdempotencyKey
+		opts[i], maxAttempts[i], lease[i], after[i], claim[i] = jsonArg(a.Options), int32(a.MaxAttempts), a.Lease.Milliseconds(), a.RunAfter, a.ClaimAs
+	}
+	args["act_claim"] = claim
+	args["act_seq"], args["act_name"], args["act_queue"], args["act_input"], args["act_key"] = seq, name, queue, input, key
+	args["act_options"], args["act_max"], args["act_lease"], args["act_after"] = opts, maxAttempts, lease, after
 }
 
 // claimedActivity is an activity task a commit claimed for its worker.

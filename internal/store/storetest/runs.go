@@ -180,3 +180,39 @@ func testCreateRunClaimAsHandsOffFirstTask(t *testing.T, b *bundle) {
 	plain := b.createRun(t, "order-2", wfQueue)
 	require.Zero(t, plain.Token, "without ClaimAs the first task is left ready")
 }
+
+func testCreateRunWithFirstTaskRecordsItsCommands(t *testing.T, b *bundle) {
+	runID := uuid.NewString()
+	ev, act := activity(store.Run{RunID: runID}, 1, 0)
+	act.RunAfter, act.ClaimAs = b.now, worker
+	first := store.CommitWorkflowTaskParams{
+		RunID: runID, WorkflowID: "order-1", WorkflowQueue: wfQueue, ProcessedEventID: 1, Now: b.now,
+		Events: []history.Attributes{ev}, Activities: []store.NewActivityTask{act},
+	}
+	in := store.CreateRunParams{
+		RunID: runID, WorkflowID: "order-1", WorkflowType: "Order", Queue: wfQueue,
+		Input: json.RawMessage(`{"id":1}`), Now: b.now, First: &first,
+	}
+	run, err := b.s.CreateRun(b.ctx, in)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), run.LastEventID)
+	require.Len(t, run.Ready.ActivityTasks, 1, "the activity was claimed for the starter")
+	require.Equal(t, int64(1), run.Ready.ActivityTasks[0].Seq)
+	events := b.events(t, runID)
+	requireIDsInOrder(t, events)
+	require.Equal(t, []string{"workflow_started", "activity_scheduled"}, eventTypes(events))
+	require.Empty(t, b.claimWorkflow(t, wfQueue, worker, 10, b.now.Add(time.Hour)), "no workflow task: the first ran")
+	require.Empty(t, b.claimActivity(t, "worker-2", 10, b.now), "the activity is claimed")
+
+	// The same workflow ID again: the open run, and nothing of the new one.
+	again := in
+	again.RunID = uuid.NewString()
+	f2 := first
+	f2.RunID = again.RunID
+	again.First = &f2
+	got, err := b.s.CreateRun(b.ctx, again)
+	require.ErrorIs(t, err, store.ErrConflict)
+	require.Equal(t, runID, got.RunID)
+	_, err = b.s.GetRun(b.ctx, again.RunID)
+	require.ErrorIs(t, err, store.ErrNotFound)
+}

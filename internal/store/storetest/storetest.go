@@ -52,6 +52,7 @@ var cases = []struct {
 	{"GetRunByWorkflowIDPrefersTheContinuation", testGetRunByWorkflowIDPrefersTheContinuation},
 	{"ListEventsAfterID", testListEventsAfterID},
 	{"CreateRunClaimAsHandsOffFirstTask", testCreateRunClaimAsHandsOffFirstTask},
+	{"CreateRunWithFirstTaskRecordsItsCommands", testCreateRunWithFirstTaskRecordsItsCommands},
 
 	// workflowtasks.go
 	{"ClaimSkipsLockedTask", testClaimSkipsLockedTask},
