@@ -44,7 +44,12 @@
 //
 // [Start] records a new run (its WorkflowStarted event and a ready workflow
 // task) in one transaction and returns a [Run] handle; any engine's workers
-// then run it. It is idempotent by workflow ID ([StartOptions].ID): while a
+// then run it. An engine that runs the workflow's type on its queue starts
+// eagerly: Start runs the run's first workflow task in the calling
+// goroutine, before the insert, and records the run together with the
+// activities that task scheduled, which start on this engine's free slots
+// at once. A first task that starts timers or children, closes the run or
+// fails leaves the run to start the ordinary way. It is idempotent by workflow ID ([StartOptions].ID): while a
 // run with the ID is open, Start returns that run, with Run.Existing set,
 // and ignores the new input; with [StartOptions].RejectIfRunning it returns
 // [ErrAlreadyRunning] instead. Once the run has closed, the same ID starts a
