@@ -61,7 +61,7 @@ const resolveTailSQL = `
     UPDATE durable_runs r
     SET next_event_id = r.next_event_id + 1, updated_at = @now
     FROM task
-    WHERE r.run_id = (SELECT run_id FROM task) AND r.status = 'running'
+    WHERE r.run_id = (SELECT run_id FROM task) AND ` + runOpen + `
     RETURNING r.run_id, r.queue, r.workflow_id, r.workflow_type, r.processed_event_id, r.next_event_id - 1 AS event_id,
         r.trace_context, r.parent_run_id
 ), ev AS (

@@ -40,7 +40,7 @@ SELECT count(*) FROM child`
 WITH run AS (
     UPDATE durable_runs r
     SET next_event_id = r.next_event_id + 1, updated_at = @now
-    WHERE r.run_id = @run_id AND r.status = 'running'
+    WHERE r.run_id = @run_id AND ` + runOpen + `
     RETURNING r.run_id, r.queue, r.next_event_id - 1 AS event_id
 ), ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
@@ -70,7 +70,7 @@ WITH run AS (
     UPDATE durable_runs r
     SET next_event_id = r.next_event_id + 1, updated_at = @now, status = 'terminated', closed_at = @now,
         failure = jsonb_build_object('message', 'terminated: ' || @reason::text, 'class', 'terminated')
-    WHERE r.run_id = @run_id AND r.status = 'running'
+    WHERE r.run_id = @run_id AND ` + runOpen + `
     RETURNING r.run_id, r.next_event_id - 1 AS event_id
 ), ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)

@@ -16,11 +16,7 @@ import (
 // statement locks the activity task (its claim's fence), then the run, the
 // order an outcome takes; if either fence fails it changes nothing and
 // says which.
-//
-// Every statement that updates a run names it by @run_id, not only through
-// a join: on a young table (planner statistics of a few rows) a generic
-// plan reached the run through the status index, visiting every running
-// run, which made each commit cost grow with the number of open runs.
+
 const fusedHeadSQL = `
 WITH act AS (
     SELECT run_id FROM durable_activity_tasks
@@ -34,7 +30,7 @@ WITH act AS (
 
 const fusedRunTailSQL = `
     FROM act
-    WHERE r.run_id = @run_id AND r.run_id = act.run_id AND r.status = 'running' AND r.next_event_id = @processed`
+    WHERE r.run_id = @run_id AND r.run_id = act.run_id AND ` + runOpen + ` AND r.next_event_id = @processed`
 
 const fusedDoneSQL = `
     RETURNING r.run_id, r.queue, r.next_event_id - cardinality(@types::text[]) AS first_id

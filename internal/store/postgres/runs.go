@@ -149,6 +149,15 @@ func (s *Store) createRunFirst(ctx context.Context, in store.CreateRunParams, ev
 	}, nil
 }
 
+// runOpen is the condition that the run r is open, in statements that find
+// it by its ID. It is written so that no index can serve it: on a young
+// table (planner statistics of a few rows) generic plans reached the run
+// through durable_runs_status instead of the primary key, visiting every
+// running run, so that a step's cost grew with the number of open runs
+// (427 buffers per commit at 2,000 open runs). For the same reason those
+// statements name the run by a parameter, not only through a join.
+const runOpen = `(r.status = 'running') IS TRUE`
+
 const runColumns = `
     r.run_id::text, r.workflow_id, r.workflow_type, r.queue, r.status, r.input, r.result, r.failure,
     r.created_at, r.updated_at, r.closed_at, r.next_event_id - 1,

@@ -85,7 +85,7 @@ WHERE workflow_id = $1 AND status = 'running'`
 	lockWorkflowTaskSQL  = `SELECT 1 FROM durable_workflow_tasks WHERE run_id = $1 FOR UPDATE`
 	lockActivityTasksSQL = `SELECT 1 FROM durable_activity_tasks WHERE run_id = $1 ORDER BY id FOR UPDATE`
 	// lockRunSQL locks the run last, and says whether it is still open.
-	lockRunSQL = `SELECT count(*) FROM (SELECT 1 FROM durable_runs WHERE run_id = $1 AND status = 'running' FOR UPDATE) r`
+	lockRunSQL = `SELECT count(*) FROM (SELECT 1 FROM durable_runs r WHERE r.run_id = $1 AND ` + runOpen + ` FOR UPDATE) r`
 )
 
 // lockOpenRun finds the open run of a workflow ID and locks its parent's

@@ -129,7 +129,7 @@ const commitWorkflowTaskSQL = commitLockCTE + `, acts_locked AS (
         failure = coalesce(@failure::jsonb, r.failure),
         closed_at = CASE WHEN @close_status::text IS NULL THEN NULL ELSE @now::timestamptz END
     FROM lock
-    WHERE r.run_id = @run_id AND r.run_id = lock.run_id AND r.status = 'running'
+    WHERE r.run_id = @run_id AND r.run_id = lock.run_id AND ` + runOpen + `
       -- Always true; it makes the activity tasks locked before the run row
       -- (a condition on no row of the UPDATE, evaluated before its scan).
       AND (SELECT count(*) FROM acts_locked) >= 0
@@ -199,7 +199,7 @@ const commitStepSQL = commitLockCTE + `, run AS (
         processed_event_id = @processed,
         updated_at = @now
     FROM lock
-    WHERE r.run_id = @run_id AND r.run_id = lock.run_id AND r.status = 'running'
+    WHERE r.run_id = @run_id AND r.run_id = lock.run_id AND ` + runOpen + `
     RETURNING r.run_id, r.queue, r.next_event_id - cardinality(@types::text[]) AS first_id
 ` + commitEventsCTE + `` + commitActivitiesCTE + `), del AS (
     DELETE FROM durable_workflow_tasks t USING run

@@ -33,7 +33,7 @@ WITH due AS (
     UPDATE durable_runs r
     SET next_event_id = r.next_event_id + per_run.n, updated_at = @now
     FROM per_run
-    WHERE r.run_id = per_run.run_id AND r.status = 'running'
+    WHERE r.run_id = per_run.run_id AND ` + runOpen + `
     RETURNING r.run_id, r.queue, r.next_event_id - per_run.n AS first_id, r.trace_context
 ), ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
