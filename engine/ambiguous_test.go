@@ -361,6 +361,7 @@ func TestAmbiguousCommitsLoseNothing(t *testing.T) {
 	for _, m := range []string{"ListEvents", "GetRun"} {
 		require.Positive(t, before[m], "faults of %s", m)
 	}
+	require.Positive(t, inj.keysDone("EagerStart"), "runs started eagerly, among the faults")
 	keys, dups := w.duplicates()
 	stale := 0.0
 	for _, e := range engines {

@@ -157,6 +157,13 @@ func (f *faultInjector) doneFor(method, key string) int {
 	return f.done[method][key]
 }
 
+// keysDone returns how many keys calls of method did their write for.
+func (f *faultInjector) keysDone(method string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.done[method])
+}
+
 // ambiguousFor returns how many calls of method for key did their write
 // and reported a timeout.
 func (f *faultInjector) ambiguousFor(method, key string) int {
@@ -239,7 +246,13 @@ func recorded[T any](s *faultStore, method, key string, call func() (T, error)) 
 }
 
 func (s *faultStore) CreateRun(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
-	return write(s, "CreateRun", in.WorkflowID, recorded(s, "CreateRun", in.WorkflowID, func() (store.Run, error) { return s.storage.CreateRun(ctx, in) }))
+	return write(s, "CreateRun", in.WorkflowID, recorded(s, "CreateRun", in.WorkflowID, func() (store.Run, error) {
+		r, err := s.storage.CreateRun(ctx, in)
+		if err == nil && in.First != nil {
+			s.f.record("EagerStart", in.WorkflowID) // the run came with its first task
+		}
+		return r, err
+	}))
 }
 
 func (s *faultStore) GetRun(ctx context.Context, runID string) (store.Run, error) {
