@@ -39,7 +39,8 @@ type groupReq struct {
 	done chan error
 }
 
-// StartGroupCommit makes CommitWorkflowTask and ResolveActivity go through
+// StartGroupCommit makes CommitWorkflowTask, ResolveActivity and eager
+// CreateRun go through
 // group commits on `flushers` connections, at most max writes per
 // transaction, until the returned stop is called. stop waits for every
 // submitted write.

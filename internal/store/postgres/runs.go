@@ -134,7 +134,10 @@ func (s *Store) createRunFirst(ctx context.Context, in store.CreateRunParams, ev
 		ready   store.Ready
 		claimed []claimedActivity
 	)
-	err = s.db.QueryRow(ctx, createRunFirstSQL, args).Scan(&n, &ready.ActivityQueues, &claimed)
+	// Under load, eager starts share transactions like steps (group commit).
+	err = s.queryRow(ctx, in.RunID, createRunFirstSQL, args, func(row pgx.Row) error {
+		return row.Scan(&n, &ready.ActivityQueues, &claimed)
+	})
 	if err != nil {
 		return store.Run{}, fmt.Errorf("create run: %w", translate(err))
 	}
