@@ -40,10 +40,9 @@ type groupReq struct {
 }
 
 // StartGroupCommit makes CommitWorkflowTask, ResolveActivity and eager
-// CreateRun go through
-// group commits on `flushers` connections, at most max writes per
-// transaction, until the returned stop is called. stop waits for every
-// submitted write.
+// CreateRun go through group commits on `flushers` connections, at most max
+// writes per transaction, until the returned stop is called. stop waits for
+// every submitted write.
 func (s *Store) StartGroupCommit(flushers, max int) (stop func()) {
 	g := &grouper{s: s, reqs: make(chan *groupReq, 1024), max: max, running: true}
 	for range flushers {
