@@ -67,13 +67,6 @@ func (e *Engine) fuse(ctx context.Context, at store.ActivityTask, attrs []slog.A
 	next, err := e.commitTask(ctx, t, x, cmds, wattrs, span, before, f)
 	switch {
 	case err == nil:
-		// Tests see the step as a task once it took effect: a fused step
-		// runs on no claim, so one on a stale copy of the run may overlap
-		// with the run's task on another engine, and is then refused.
-		if h := testHookWorkflowTask.Load(); h != nil {
-			(*h)(at.RunID, true)
-			(*h)(at.RunID, false)
-		}
 		return true, nil, next
 	case errors.Is(err, store.ErrRunMoved):
 		return false, nil, nil
@@ -188,11 +181,8 @@ func (e *Engine) eagerStart(ctx context.Context, params *store.CreateRunParams) 
 			x.Close()
 			return
 		}
+		hookInstantTask(t.RunID)
 		x.ReleaseLogs(true)
-		if h := testHookWorkflowTask.Load(); h != nil {
-			(*h)(t.RunID, true)
-			(*h)(t.RunID, false)
-		}
 		e.announce(r.Ready)
 		own := make([]history.Event, len(commit.Events))
 		for i, a := range commit.Events {
@@ -208,5 +198,17 @@ func (e *Engine) eagerStart(ctx context.Context, params *store.CreateRunParams) 
 		}
 		t.Events = nil
 		e.cache.put(t, x)
+	}
+}
+
+// hookInstantTask shows tests a workflow task that ran on no claim (a fused
+// step, an eager start) as a task, at the moment it took effect: before
+// anything it made ready can start. (Seen from its start, a fused step on a
+// stale copy of a run may overlap with the run's task elsewhere; it is then
+// refused and is no task.)
+func hookInstantTask(runID string) {
+	if h := testHookWorkflowTask.Load(); h != nil {
+		(*h)(runID, true)
+		(*h)(runID, false)
 	}
 }

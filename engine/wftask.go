@@ -170,6 +170,9 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 	ready, err := e.store.CommitWorkflowTask(ctx, commit)
 	if fused != nil {
 		x.ReleaseLogs(err == nil) // a refused step's lines are dropped
+		if err == nil {
+			hookInstantTask(t.RunID)
+		}
 	}
 	// The claimed activities start once the run is back in the cache (at
 	// return): one that finishes at once then finds it there.
