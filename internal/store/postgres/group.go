@@ -82,10 +82,40 @@ func (g *grouper) submit(r *groupReq) bool {
 	return true
 }
 
+// flush commits batches until the request channel is closed and drained.
+// A batch holds at most one write per run: each write locks its task, then
+// its run, and a second write of the same run in the transaction would lock
+// its task after the run, against that order, and could deadlock with a
+// batch of the other flusher. A run's further writes wait for the next
+// batch.
 func (g *grouper) flush() {
 	defer g.wg.Done()
-	for first := range g.reqs {
-		batch := []*groupReq{first}
+	var next []*groupReq // held back from the last batch
+	for {
+		var batch []*groupReq
+		runs := map[string]bool{}
+		add := func(r *groupReq) {
+			if r.key != "" && runs[r.key] {
+				next = append(next, r)
+				return
+			}
+			if r.key != "" {
+				runs[r.key] = true
+			}
+			batch = append(batch, r)
+		}
+		held := next
+		next = nil
+		for _, r := range held {
+			add(r)
+		}
+		if len(batch) == 0 {
+			r, ok := <-g.reqs
+			if !ok {
+				return
+			}
+			add(r)
+		}
 	more:
 		for len(batch) < g.max {
 			select {
@@ -93,7 +123,7 @@ func (g *grouper) flush() {
 				if !ok {
 					break more
 				}
-				batch = append(batch, r)
+				add(r)
 			default:
 				break more
 			}
