@@ -261,10 +261,6 @@ func (e *Engine) resolveFailed(ctx context.Context, t store.ActivityTask, attrs 
 }
 
 func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, ev history.Attributes) *store.ActivityTask {
-	in := store.ResolveActivityParams{RunID: t.RunID, TaskID: t.ID, Attempt: t.Attempt, Event: ev, Now: e.now()}
-	// The run's next workflow task is claimed by this transaction and run
-	// here, if this engine serves its queue and has a free slot.
-	var p *workerPool[store.WorkflowTask]
 	if t.RunID != "" {
 		if handled, then, next := e.fuse(ctx, t, attrs, ev); handled {
 			if then != nil {
@@ -272,8 +268,13 @@ func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog
 			}
 			return next
 		}
+	}
+	in := store.ResolveActivityParams{RunID: t.RunID, TaskID: t.ID, Attempt: t.Attempt, Event: ev, Now: e.now()}
+	// The run's next workflow task is claimed by this transaction and run
+	// here, if this engine serves its queue and has a free slot.
+	var p *workerPool[store.WorkflowTask]
+	if t.RunID != "" {
 		if p = e.workflowPool(t.WorkflowQueue); p != nil && p.tryAcquire() {
-			in.Now = e.now()
 			in.ClaimAs, in.Lease = e.opts.WorkerID, e.opts.WorkflowTaskLease
 		} else {
 			p = nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -44,9 +43,7 @@ func (e *Engine) fuse(ctx context.Context, at store.ActivityTask, attrs []slog.A
 	e.metrics.cache.WithLabelValues("hit").Inc()
 	began := time.Now()
 	wattrs := []slog.Attr{slog.String("run_id", t.RunID), slog.String("workflow", t.WorkflowType)}
-	ctx, span := e.startSpan(ctx, t.TraceContext, "durable.workflow_task",
-		attribute.String("durable.workflow.type", t.WorkflowType), attribute.String("durable.workflow.id", t.WorkflowID),
-		attribute.String("durable.run.id", t.RunID), attribute.Bool("durable.cache_hit", true), attribute.Bool("durable.fused", true))
+	ctx, span := e.taskSpan(ctx, t, trace.WithAttributes(attribute.Bool("durable.cache_hit", true), attribute.Bool("durable.fused", true)))
 	var spanErr error
 	defer func() {
 		endSpan(span, spanErr)
@@ -71,33 +68,41 @@ func (e *Engine) fuse(ctx context.Context, at store.ActivityTask, attrs []slog.A
 	case errors.Is(err, store.ErrRunMoved):
 		return false, nil, nil
 	case errors.Is(err, errNotFusable):
-		// Two transactions: the outcome, claiming the run's new workflow
-		// task for this worker, then the commands, if nothing else reached
-		// the run in between (otherwise the task runs from history).
-		ready, err := e.store.ResolveActivity(ctx, store.ResolveActivityParams{
-			RunID: at.RunID, TaskID: at.ID, Attempt: at.Attempt, Event: ev, Now: f.event.Time,
-			ClaimAs: e.opts.WorkerID, Lease: e.opts.WorkflowTaskLease,
-		})
-		switch {
-		case err != nil:
-			x.Close()
-			e.logLostWrite(ctx, "record activity outcome", attrs, err)
-			return true, nil, nil
-		case len(ready.WorkflowTasks) != 1:
-			x.Close()
-		case len(ready.WorkflowTasks[0].Events) != 1 || ready.WorkflowTasks[0].Events[0].ID != f.event.ID:
-			x.Close()
-			t := ready.WorkflowTasks[0]
-			then = &t
-		default:
-			// The outcome is recorded and the task is ours.
-			x.ReleaseLogs(true)
-			e.commitTask(ctx, ready.WorkflowTasks[0], x, cmds, wattrs, span, before, nil) // not fused: no next activity
-		}
-		e.announce(ready)
-		return true, then, nil
+		return true, e.resolveThenCommit(ctx, f, x, cmds, wattrs, span, before), nil
 	}
 	return false, nil, nil // commitTask returns no other error
+}
+
+// resolveThenCommit is a fused step in two transactions, for commands the
+// fused statements do not cover: the outcome, claiming the run's new
+// workflow task for this worker, then the commands x produced, if nothing
+// else reached the run in between. Otherwise it returns the claimed task,
+// to be run from history by the caller.
+func (e *Engine) resolveThenCommit(ctx context.Context, f *fusedOutcome, x wfexec.Executor,
+	cmds []history.Attributes, attrs []slog.Attr, span trace.Span, before int64) (then *store.WorkflowTask) {
+	at := f.task
+	ready, err := e.store.ResolveActivity(ctx, store.ResolveActivityParams{
+		RunID: at.RunID, TaskID: at.ID, Attempt: at.Attempt, Event: f.event.Attributes, Now: f.event.Time,
+		ClaimAs: e.opts.WorkerID, Lease: e.opts.WorkflowTaskLease,
+	})
+	if err != nil {
+		x.Close()
+		e.logLostWrite(ctx, "record activity outcome", f.attrs, err)
+		return nil
+	}
+	defer e.announce(ready)
+	if len(ready.WorkflowTasks) != 1 { // the run's task exists already: it is someone else's
+		x.Close()
+		return nil
+	}
+	wt := ready.WorkflowTasks[0]
+	if len(wt.Events) != 1 || wt.Events[0].ID != f.event.ID {
+		x.Close()
+		return &wt
+	}
+	x.ReleaseLogs(true)                                      // the outcome is recorded and the task is ours
+	e.commitTask(ctx, wt, x, cmds, attrs, span, before, nil) // not fused: no next activity
+	return nil
 }
 
 // eagerStart runs the first workflow task of a run that this engine is
@@ -125,10 +130,7 @@ func (e *Engine) eagerStart(ctx context.Context, params *store.CreateRunParams) 
 	}
 	t := firstTask(*params, 0)
 	began := time.Now()
-	x := wfexec.New(wfexec.Options{
-		RunID: t.RunID, WorkflowID: t.WorkflowID, WorkflowType: t.WorkflowType,
-		Func: def.run, ResolveActivity: e.resolveActivity, ResolveWorkflow: e.resolveWorkflow, Logger: e.log,
-	})
+	x := e.newExecutor(t, def)
 	x.HoldLogs()                              // until the run is recorded: a start may find the ID taken
 	giveUp := func() func(store.Run, error) { // the start goes the ordinary way
 		x.Close()
@@ -142,20 +144,12 @@ func (e *Engine) eagerStart(ctx context.Context, params *store.CreateRunParams) 
 	if err != nil || !commit.IsStep() {
 		return giveUp()
 	}
-	reserved := map[int64]*workerPool[store.ActivityTask]{}
-	for i := range commit.Activities {
-		a := &commit.Activities[i]
-		if p := e.activityPool(a.Queue); p != nil && p.tryAcquire() {
-			a.ClaimAs = e.opts.WorkerID
-			reserved[a.Seq] = p
-		}
-	}
+	handOff := e.handOffActivities(commit.Activities, "")
 	params.First = &commit
 	e.metrics.cache.WithLabelValues("miss").Inc()
 	// The task's span starts when it did, now that it is known to count.
-	_, span := e.tracer.Start(runContext(ctx, t.TraceContext), "durable.workflow_task", trace.WithTimestamp(began),
-		trace.WithAttributes(attribute.String("durable.workflow.type", t.WorkflowType), attribute.String("durable.workflow.id", t.WorkflowID),
-			attribute.String("durable.run.id", t.RunID), attribute.Bool("durable.cache_hit", false), attribute.Bool("durable.eager", true)))
+	_, span := e.taskSpan(ctx, t, trace.WithTimestamp(began),
+		trace.WithAttributes(attribute.Bool("durable.cache_hit", false), attribute.Bool("durable.eager", true)))
 	return func(r store.Run, err error) {
 		defer e.handoffMu.RUnlock()
 		defer func() {
@@ -166,30 +160,15 @@ func (e *Engine) eagerStart(ctx context.Context, params *store.CreateRunParams) 
 			endSpan(span, err)
 			e.metrics.taskLatency.Observe(time.Since(began).Seconds())
 		}()
-		defer func() {
-			for _, a := range r.Ready.ActivityTasks {
-				if p := reserved[a.Seq]; p != nil && err == nil {
-					p.start(a)
-					delete(reserved, a.Seq)
-				}
-			}
-			for _, p := range reserved {
-				p.release()
-			}
-		}()
-		if err != nil { // the ID is taken, or the insert failed: nothing of ours was recorded
+		defer handOff.start(r.Ready.ActivityTasks) // none if CreateRun failed
+		if err != nil {                            // the ID is taken, or the insert failed: nothing of ours was recorded
 			x.Close()
 			return
 		}
 		hookInstantTask(t.RunID)
 		x.ReleaseLogs(true)
 		e.announce(r.Ready)
-		own := make([]history.Event, len(commit.Events))
-		for i, a := range commit.Events {
-			own[i] = history.Event{ID: 2 + int64(i), Time: params.Now, Attributes: a}
-		}
-		if err := x.Apply(own, math.MaxInt64); err != nil {
-			x.Close() // cannot happen: they are its own commands
+		if !applyOwn(x, 2, params.Now, commit.Events) {
 			return
 		}
 		if x.OnlyTimers() { // it waits for a signal: nothing to keep it for

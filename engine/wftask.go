@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -50,9 +49,7 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 	}
 	attrs := []slog.Attr{slog.String("run_id", t.RunID), slog.String("workflow", t.WorkflowType)}
 	began := time.Now()
-	ctx, span := e.startSpan(ctx, t.TraceContext, "durable.workflow_task",
-		attribute.String("durable.workflow.type", t.WorkflowType), attribute.String("durable.workflow.id", t.WorkflowID),
-		attribute.String("durable.run.id", t.RunID))
+	ctx, span := e.taskSpan(ctx, t)
 	var spanErr error
 	defer func() {
 		endSpan(span, spanErr)
@@ -72,10 +69,7 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		e.metrics.cache.WithLabelValues("hit").Inc()
 	} else {
 		e.metrics.cache.WithLabelValues("miss").Inc()
-		x = wfexec.New(wfexec.Options{
-			RunID: t.RunID, WorkflowID: t.WorkflowID, WorkflowType: t.WorkflowType,
-			Func: def.run, ResolveActivity: e.resolveActivity, ResolveWorkflow: e.resolveWorkflow, Logger: e.log,
-		})
+		x = e.newExecutor(t, def)
 	}
 	// A hand-off carries the event it appended: if the cached run ends just
 	// before it, there is nothing else to read.
@@ -147,26 +141,14 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 			return nil, errNotFusable
 		}
 	}
-	// Activities on queues this engine serves with a free slot are claimed by
-	// the commit itself and run here, without a claim transaction.
-	// The pools are held from here on: Run may drop its pool list meanwhile.
 	// In a fused step the slot of the activity that finished runs the
 	// first new activity of its queue: a sequence of activities runs in one
 	// slot, one claim each, whatever the other slots are doing.
-	reserved := map[int64]*workerPool[store.ActivityTask]{}
-	var inline int64
-	for i := range commit.Activities {
-		a := &commit.Activities[i]
-		p := e.activityPool(a.Queue)
-		switch {
-		case p == nil:
-		case fused != nil && inline == 0 && a.Queue == fused.task.Queue:
-			a.ClaimAs, inline = e.opts.WorkerID, a.Seq
-		case p.tryAcquire():
-			a.ClaimAs = e.opts.WorkerID
-			reserved[a.Seq] = p
-		}
+	inlineQueue := ""
+	if fused != nil {
+		inlineQueue = fused.task.Queue
 	}
+	handOff := e.handOffActivities(commit.Activities, inlineQueue)
 	ready, err := e.store.CommitWorkflowTask(ctx, commit)
 	if fused != nil {
 		x.ReleaseLogs(err == nil) // a refused step's lines are dropped
@@ -176,21 +158,7 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 	}
 	// The claimed activities start once the run is back in the cache (at
 	// return): one that finishes at once then finds it there.
-	defer func() {
-		for _, a := range ready.ActivityTasks {
-			if a.Seq == inline {
-				next = &a
-				continue
-			}
-			if p := reserved[a.Seq]; p != nil {
-				p.start(a)
-				delete(reserved, a.Seq)
-			}
-		}
-		for _, p := range reserved { // reserved, but the commit claimed nothing for it
-			p.release()
-		}
-	}()
+	defer func() { next = handOff.start(ready.ActivityTasks) }()
 	if err != nil {
 		x.Close()
 		switch {
@@ -229,12 +197,7 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 		skip = 1
 	}
 	if own := commit.Events[skip:]; ready.FirstEventID+skip == x.LastEventID()+1 && len(own) > 0 && commit.Close == nil {
-		events := make([]history.Event, len(own))
-		for i, a := range own {
-			events[i] = history.Event{ID: ready.FirstEventID + skip + int64(i), Time: commit.Now, Attributes: a}
-		}
-		if err := x.Apply(events, math.MaxInt64); err != nil {
-			x.Close() // cannot happen: they are its own commands; replay decides
+		if !applyOwn(x, ready.FirstEventID+skip, commit.Now, own) {
 			return next, nil
 		}
 	}

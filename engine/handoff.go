@@ -1,0 +1,95 @@
+package engine
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/wfexec"
+)
+
+// The pieces every way of running a workflow task shares: a task claimed
+// from the queue, a fused step and an eager start.
+
+// newExecutor creates the executor of task t's run, for workflow def.
+func (e *Engine) newExecutor(t store.WorkflowTask, def *workflowDef) wfexec.Executor {
+	return wfexec.New(wfexec.Options{
+		RunID: t.RunID, WorkflowID: t.WorkflowID, WorkflowType: t.WorkflowType,
+		Func: def.run, ResolveActivity: e.resolveActivity, ResolveWorkflow: e.resolveWorkflow, Logger: e.log,
+	})
+}
+
+// taskSpan starts the span of a workflow task of t's run, in the run's trace.
+func (e *Engine) taskSpan(ctx context.Context, t store.WorkflowTask, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	return e.tracer.Start(runContext(ctx, t.TraceContext), "durable.workflow_task", append(opts, trace.WithAttributes(
+		attribute.String("durable.workflow.type", t.WorkflowType), attribute.String("durable.workflow.id", t.WorkflowID),
+		attribute.String("durable.run.id", t.RunID)))...)
+}
+
+// applyOwn gives a cached run its own commands as history, numbered from
+// firstID, so that its next task need not read them back. It closes x and
+// reports false if they do not apply (it cannot happen: they are its own).
+func applyOwn(x wfexec.Executor, firstID int64, at time.Time, cmds []history.Attributes) bool {
+	events := make([]history.Event, len(cmds))
+	for i, a := range cmds {
+		events[i] = history.Event{ID: firstID + int64(i), Time: at, Attributes: a}
+	}
+	if err := x.Apply(events, math.MaxInt64); err != nil {
+		x.Close()
+		return false
+	}
+	return true
+}
+
+// activityHandOff is the activities a commit claims for this engine: those
+// on queues it serves with a free slot, which then run without a claim
+// transaction, and, in a fused step, the first on the finished activity's
+// queue, which that activity's slot runs next.
+type activityHandOff struct {
+	reserved map[int64]*workerPool[store.ActivityTask]
+	inline   int64 // seq of the activity for the calling slot, or 0
+}
+
+// handOffActivities marks the activities to claim (ClaimAs) and reserves
+// their slots. The pools are held from here on: Run may drop its pool list
+// meanwhile. inlineQueue, if set, is the queue of the calling slot.
+func (e *Engine) handOffActivities(acts []store.NewActivityTask, inlineQueue string) activityHandOff {
+	h := activityHandOff{reserved: map[int64]*workerPool[store.ActivityTask]{}}
+	for i := range acts {
+		a := &acts[i]
+		p := e.activityPool(a.Queue)
+		switch {
+		case p == nil:
+		case inlineQueue != "" && h.inline == 0 && a.Queue == inlineQueue:
+			a.ClaimAs, h.inline = e.opts.WorkerID, a.Seq
+		case p.tryAcquire():
+			a.ClaimAs = e.opts.WorkerID
+			h.reserved[a.Seq] = p
+		}
+	}
+	return h
+}
+
+// start runs the tasks the commit claimed in their reserved slots, gives
+// back the slots it claimed nothing for, and returns the calling slot's task.
+func (h activityHandOff) start(claimed []store.ActivityTask) (inline *store.ActivityTask) {
+	for _, a := range claimed {
+		if a.Seq == h.inline {
+			inline = &a
+			continue
+		}
+		if p := h.reserved[a.Seq]; p != nil {
+			p.start(a)
+			delete(h.reserved, a.Seq)
+		}
+	}
+	for _, p := range h.reserved {
+		p.release()
+	}
+	return inline
+}
