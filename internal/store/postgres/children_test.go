@@ -94,11 +94,7 @@ func TestParentAndChildCloseTogether(t *testing.T) {
 
 			// The child's run row is held elsewhere, so the child's close
 			// stops there, its tasks locked, while the parent's close starts.
-			blocker, err := f.pool.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = blocker.Rollback(ctx) }()
-			_, err = blocker.Exec(ctx, `SELECT 1 FROM durable_runs WHERE run_id = $1 FOR NO KEY UPDATE`, f.child)
-			require.NoError(t, err)
+			release := holdRun(t, f.pool, f.child)
 
 			childClosed := make(chan error, 1)
 			go func() { childClosed <- tt.childClose(ctx, f) }()
@@ -107,7 +103,7 @@ func TestParentAndChildCloseTogether(t *testing.T) {
 			go func() { _, err := f.s.CommitWorkflowTask(ctx, f.parentCloses()); parentClosed <- err }()
 			awaitLockWaiters(t, f.pool, 2, "the parent's close waits too")
 
-			require.NoError(t, blocker.Commit(ctx))
+			require.NoError(t, release())
 			require.NoError(t, <-childClosed, "the child's close is not chosen as a deadlock victim")
 			require.NoError(t, <-parentClosed, "the parent's close is not chosen as a deadlock victim")
 
@@ -133,11 +129,7 @@ func TestClosingParentTerminatesContinuation(t *testing.T) {
 	ctx := t.Context()
 	f := setupFamily(t)
 
-	blocker, err := f.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = blocker.Rollback(ctx) }()
-	_, err = blocker.Exec(ctx, `SELECT 1 FROM durable_runs WHERE run_id = $1 FOR NO KEY UPDATE`, f.child)
-	require.NoError(t, err)
+	release := holdRun(t, f.pool, f.child)
 
 	next := uuid.NewString()
 	continued := make(chan error, 1)
@@ -155,7 +147,7 @@ func TestClosingParentTerminatesContinuation(t *testing.T) {
 	go func() { _, err := f.s.CommitWorkflowTask(ctx, f.parentCloses()); parentClosed <- err }()
 	awaitLockWaiters(t, f.pool, 2, "the parent's close waits for the child")
 
-	require.NoError(t, blocker.Commit(ctx))
+	require.NoError(t, release())
 	require.NoError(t, <-continued)
 	require.NoError(t, <-parentClosed)
 

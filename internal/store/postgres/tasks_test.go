@@ -90,11 +90,7 @@ func TestClosingCommitTakesLocksInWritersOrder(t *testing.T) {
 				require.NoError(t, outcome.Commit(ctx))
 				require.NoError(t, <-committed, "the commit is not chosen as a deadlock victim")
 			} else {
-				blocker, err := b.pool.Begin(ctx)
-				require.NoError(t, err)
-				defer func() { _ = blocker.Rollback(ctx) }()
-				_, err = blocker.Exec(ctx, `SELECT 1 FROM durable_runs WHERE run_id = $1 FOR NO KEY UPDATE`, b.runID)
-				require.NoError(t, err)
+				release := holdRun(t, b.pool, b.runID)
 
 				go func() { _, err := b.s.CommitWorkflowTask(ctx, commit); committed <- err }()
 				awaitLockWaiters(t, b.pool, 1, "the commit waits for the run")
@@ -107,7 +103,7 @@ func TestClosingCommitTakesLocksInWritersOrder(t *testing.T) {
 				}()
 				awaitLockWaiters(t, b.pool, 2, "the outcome waits too")
 
-				require.NoError(t, blocker.Commit(ctx))
+				require.NoError(t, release())
 				require.NoError(t, <-committed, "the commit is not chosen as a deadlock victim")
 				require.ErrorIs(t, <-resolved, store.ErrLeaseLost, "the commit dropped the activity first")
 			}
@@ -184,4 +180,18 @@ func awaitLockWaiters(t *testing.T, pool *pgxpool.Pool, n int, why string) {
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
 		return err == nil && waiting == n
 	}, 10*time.Second, 5*time.Millisecond, why)
+}
+
+// holdRun locks the run's row in a transaction of its own until the
+// returned release commits it (or the test ends), so that a write under
+// test stops at that row.
+func holdRun(t *testing.T, pool *pgxpool.Pool, runID string) (release func() error) {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	_, err = tx.Exec(ctx, `SELECT 1 FROM durable_runs WHERE run_id = $1 FOR NO KEY UPDATE`, runID)
+	require.NoError(t, err)
+	return func() error { return tx.Commit(ctx) }
 }
