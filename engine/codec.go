@@ -13,6 +13,7 @@ import (
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/store/postgres"
+	"github.com/durable-go/durable/timer"
 )
 
 // codecStorage stands between the engine and the database and passes every
@@ -288,6 +289,11 @@ func (s codecStorage) ResolveActivity(ctx context.Context, in store.ResolveActiv
 	in.Event = ev
 	ready, err := s.storage.ResolveActivity(ctx, in)
 	return s.decodeReady(ready), err
+}
+
+func (s codecStorage) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (timer.Fired, []store.WorkflowTask, error) {
+	f, tasks, err := s.storage.FireTimersClaiming(ctx, in) // TimerFired carries no payload: nothing to encode
+	return f, s.decodeReady(store.Ready{WorkflowTasks: tasks}).WorkflowTasks, err
 }
 
 func (s codecStorage) SignalRun(ctx context.Context, in store.SignalParams, event history.Attributes) (store.Ready, error) {

@@ -317,4 +317,8 @@ func (e *Engine) needDB() error {
 	return nil
 }
 
-func (e *Engine) now() time.Time { return e.opts.NowFunc() }
+// now is the engine's clock at the database's precision (microseconds). An
+// event's time is what workflow.Now returns while the event is applied: a
+// run that applies an event it wrote (a hand-off, a fused step) must see
+// the time a replay will read back.
+func (e *Engine) now() time.Time { return e.opts.NowFunc().Truncate(time.Microsecond) }

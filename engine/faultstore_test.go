@@ -358,6 +358,18 @@ func (s *faultStore) FireTimers(ctx context.Context, now time.Time, limit int) (
 	return write(s, "FireTimers", "", func() (timer.Fired, error) { return s.storage.FireTimers(ctx, now, limit) })
 }
 
+func (s *faultStore) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (timer.Fired, []store.WorkflowTask, error) {
+	type out struct {
+		f     timer.Fired
+		tasks []store.WorkflowTask
+	}
+	o, err := write(s, "FireTimers", "", func() (out, error) {
+		f, tasks, err := s.storage.FireTimersClaiming(ctx, in)
+		return out{f, tasks}, err
+	})
+	return o.f, o.tasks, err
+}
+
 func (s *faultStore) NextTimer(ctx context.Context) (time.Time, bool, error) {
 	type next struct {
 		t  time.Time

@@ -15,6 +15,7 @@ import (
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/syncbuf"
+	"github.com/durable-go/durable/timer"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -22,9 +23,10 @@ import (
 // if set, runs before each fused commit.
 type stepCounter struct {
 	storage
-	mu                                     sync.Mutex
-	fused, refused, resolves, reads, eager int
-	beforeFused                            func(ctx context.Context, s storage, in store.CommitWorkflowTaskParams)
+	mu                                            sync.Mutex
+	fused, refused, resolves, reads, eager, woken int
+	claimed                                       int // workflow tasks claimed from the queue
+	beforeFused                                   func(ctx context.Context, s storage, in store.CommitWorkflowTaskParams)
 }
 
 func (s *stepCounter) CreateRun(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
@@ -66,6 +68,22 @@ func (s *stepCounter) ListEvents(ctx context.Context, runID string, afterID int6
 	s.reads++
 	s.mu.Unlock()
 	return s.storage.ListEvents(ctx, runID, afterID)
+}
+
+func (s *stepCounter) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (timer.Fired, []store.WorkflowTask, error) {
+	f, tasks, err := s.storage.FireTimersClaiming(ctx, in)
+	s.mu.Lock()
+	s.woken += len(tasks)
+	s.mu.Unlock()
+	return f, tasks, err
+}
+
+func (s *stepCounter) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
+	tasks, err := s.storage.ClaimWorkflowTasks(ctx, in)
+	s.mu.Lock()
+	s.claimed += len(tasks)
+	s.mu.Unlock()
+	return tasks, err
 }
 
 func (s *stepCounter) counts() (fused, refused, resolves, reads int) {
@@ -112,6 +130,16 @@ func incrNapIncr(ctx workflow.Context, n int) (int, error) {
 	return workflow.ExecuteActivity(ctx, incr, n).Get(ctx)
 }
 
+// napTwice sleeps twice.
+func napTwice(ctx workflow.Context, n int) (int, error) {
+	for range 2 {
+		if err := workflow.Sleep(ctx, 20*time.Millisecond); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
 // fusedEngine runs an engine whose storage sc counts the writes and which
 // logs to log.
 func fusedEngine(t *testing.T, sc *stepCounter, log *syncbuf.Buffer) *Engine {
@@ -121,7 +149,7 @@ func fusedEngine(t *testing.T, sc *stepCounter, log *syncbuf.Buffer) *Engine {
 		wrapStorage: func(s storage) storage { sc.storage = s; return sc },
 	})
 	require.NoError(t, err)
-	for _, wf := range []func(workflow.Context, int) (int, error){threeIncrs, incrWaitIncr, incrNapIncr} {
+	for _, wf := range []func(workflow.Context, int) (int, error){threeIncrs, incrWaitIncr, incrNapIncr, napTwice} {
 		require.NoError(t, RegisterWorkflow(e, wf, WorkflowOptions{}))
 	}
 	require.NoError(t, RegisterActivity(e, incr, activity.Options{}))
@@ -235,4 +263,35 @@ func TestUnfusableStepTakesTwoWrites(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "timer_started", events[3].Type(), "the cached run's command, committed after the outcome (event 3)")
 	require.NoError(t, e.ReplayRun(ctx, r.WorkflowID))
+}
+
+// A timer that fires on the engine that has its run cached hands the woken
+// task to that engine's worker with the TimerFired event: no claim, no
+// history read.
+func TestFiredTimerWakesTheCachedRun(t *testing.T) {
+	t.Parallel()
+	sc := &stepCounter{}
+	e := fusedEngine(t, sc, &syncbuf.Buffer{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	run := func(n int) *Run[int] {
+		r, err := Start(ctx, e, napTwice, n, StartOptions{})
+		require.NoError(t, err)
+		got, err := r.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, n, got)
+		return r
+	}
+	run(0) // may start before Run serves the queue
+	sc.mu.Lock()
+	woken0, claimed0, reads0 := sc.woken, sc.claimed, sc.reads
+	sc.mu.Unlock()
+	r := run(1)
+	sc.mu.Lock()
+	woken, claimed, reads := sc.woken, sc.claimed, sc.reads
+	sc.mu.Unlock()
+	require.Equal(t, woken0+2, woken, "both fires handed the run over")
+	require.Equal(t, claimed0, claimed, "no claim")
+	require.Equal(t, reads0, reads, "no history read")
+	require.NoError(t, e.ReplayRun(ctx, r.WorkflowID), "the history replays")
 }

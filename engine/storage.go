@@ -22,6 +22,9 @@ type storage interface {
 
 	// WithTx returns the same storage running its statements in tx.
 	WithTx(tx pgx.Tx) storage
+	// FireTimersClaiming fires timers and claims the workflow tasks it
+	// makes as in.ClaimAs asks (see timerFirer).
+	FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (timer.Fired, []store.WorkflowTask, error)
 	// StartGroupCommit commits concurrent step writes together until stop.
 	StartGroupCommit(flushers, max int) (stop func())
 

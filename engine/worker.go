@@ -38,8 +38,19 @@ func (e *Engine) Run(ctx context.Context) error {
 	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHard()
 
+	var tasks sync.WaitGroup // every task goroutine, polled or handed off
+	ps := &pools{wf: map[string]*workerPool[store.WorkflowTask]{}, act: map[string]*workerPool[store.ActivityTask]{}}
+	for queue, qo := range e.opts.Queues {
+		ps.wf[queue] = newWorkerPool(hard, &tasks, qo.WorkflowConcurrency, func(ctx context.Context, t store.WorkflowTask) *store.WorkflowTask {
+			e.processWorkflowTask(ctx, t)
+			return nil
+		})
+		ps.act[queue] = newWorkerPool(hard, &tasks, qo.ActivityConcurrency, e.runActivityTask)
+	}
+	e.pools.Store(ps) // before the scanner, whose fires hand tasks to the pools
+
 	var wg sync.WaitGroup
-	scanner := timer.NewScanner(e.store, timer.Options{
+	scanner := timer.NewScanner(timerFirer{e}, timer.Options{
 		NowFunc: e.opts.NowFunc, PollInterval: e.opts.PollInterval, Logger: e.log,
 		ErrorFunc: func(err error, retryIn time.Duration) {
 			if err != nil {
@@ -81,16 +92,6 @@ func (e *Engine) Run(ctx context.Context) error {
 			}
 		}
 	}()
-	var tasks sync.WaitGroup // every task goroutine, polled or handed off
-	ps := &pools{wf: map[string]*workerPool[store.WorkflowTask]{}, act: map[string]*workerPool[store.ActivityTask]{}}
-	for queue, qo := range e.opts.Queues {
-		ps.wf[queue] = newWorkerPool(hard, &tasks, qo.WorkflowConcurrency, func(ctx context.Context, t store.WorkflowTask) *store.WorkflowTask {
-			e.processWorkflowTask(ctx, t)
-			return nil
-		})
-		ps.act[queue] = newWorkerPool(hard, &tasks, qo.ActivityConcurrency, e.runActivityTask)
-	}
-	e.pools.Store(ps)
 	// Steps' writes are committed in groups while the engine runs (see
 	// Options.CommitGroupSize); they wait for every task to finish.
 	stopGroup := func() {}

@@ -147,6 +147,21 @@ type ClaimParams struct {
 	Types []string
 }
 
+// FireTimersParams are the inputs of a timer fire that claims the workflow
+// tasks it makes: the firing worker runs them without a claim of its own.
+type FireTimersParams struct {
+	Now time.Time
+	// Limit is the most timers to fire.
+	Limit int
+	// ClaimAs, if set, claims for that worker, with a lease of Lease, the
+	// new workflow tasks of runs of Types, at most Claim[queue] on each
+	// queue. The others are left ready for any worker.
+	ClaimAs string
+	Lease   time.Duration
+	Claim   map[string]int
+	Types   []string
+}
+
 // WorkflowTask is a claimed workflow task.
 type WorkflowTask struct {
 	RunID        string

@@ -35,14 +35,10 @@ RETURNING t.id, coalesce(t.run_id::text, ''),
 
 // ClaimActivityTasks implements store.Store.
 func (s *Store) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
-	rows, err := s.db.Query(ctx, claimActivityTasksSQL, namedArgs{
+	tasks, err := claim(ctx, s, claimActivityTasksSQL, namedArgs{
 		"queue": in.Queue, "now": in.Now, "limit": in.Limit, "worker": in.WorkerID,
 		"any_type": in.Types == nil, "types": typesArg(in.Types),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim activity tasks on queue %q: %w", in.Queue, err)
-	}
-	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ActivityTask, error) {
+	}, func(row pgx.CollectableRow) (store.ActivityTask, error) {
 		var t store.ActivityTask
 		err := row.Scan(&t.ID, &t.RunID, &t.WorkflowID, &t.WorkflowQueue, &t.TraceContext, &t.Seq, &t.Activity, &t.Queue, &t.Input, &t.IdempotencyKey,
 			&t.Attempt, &t.MaxAttempts, &t.RateLimited, &t.Options, &t.LockedUntil, &t.ScheduledAt, &t.LastError, &t.Heartbeat)

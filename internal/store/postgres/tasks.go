@@ -38,7 +38,7 @@ RETURNING t.run_id::text, r.workflow_id, r.workflow_type, t.queue, t.token, r.pr
 
 // ClaimWorkflowTasks implements store.Store.
 func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
-	rows, err := s.db.Query(ctx, claimWorkflowTasksSQL, namedArgs{
+	tasks, err := claim(ctx, s, claimWorkflowTasksSQL, namedArgs{
 		"queue":    in.Queue,
 		"now":      in.Now,
 		"limit":    in.Limit,
@@ -46,11 +46,7 @@ func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([
 		"until":    in.Now.Add(in.Lease),
 		"any_type": in.Types == nil,
 		"types":    typesArg(in.Types),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim workflow tasks on queue %q: %w", in.Queue, err)
-	}
-	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkflowTask, error) {
+	}, func(row pgx.CollectableRow) (store.WorkflowTask, error) {
 		var t store.WorkflowTask
 		err := row.Scan(&t.RunID, &t.WorkflowID, &t.WorkflowType, &t.Queue, &t.Token, &t.ProcessedEventID, &t.Attempts, &t.TraceContext, &t.ParentRunID)
 		return t, err

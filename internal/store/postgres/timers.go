@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/timer"
 )
 
@@ -34,26 +36,52 @@ WITH due AS (
     SET next_event_id = r.next_event_id + per_run.n, updated_at = @now
     FROM per_run
     WHERE r.run_id = per_run.run_id AND ` + runOpen + `
-    RETURNING r.run_id, r.queue, r.next_event_id - per_run.n AS first_id, r.trace_context
+    RETURNING r.run_id, r.workflow_id, r.workflow_type, r.queue, r.processed_event_id, r.parent_run_id,
+        r.next_event_id - per_run.n AS first_id, r.trace_context
 ), ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
     SELECT del.run_id, run.first_id + row_number() OVER (PARTITION BY del.run_id ORDER BY del.seq) - 1,
         'timer_fired', jsonb_build_object('seq', del.seq), @now
     FROM del JOIN run ON run.run_id = del.run_id
+), pick AS (
+    -- With claim_as, the first claim_limits[i] runs of the worker's types on
+    -- queue claim_queues[i] get their task claimed for it.
+    SELECT run.run_id, run.queue, @claim_as::text <> '' AND ok AND
+        row_number() OVER (PARTITION BY run.queue, ok ORDER BY run.run_id) <= coalesce(b.n, 0) AS claim
+    FROM run CROSS JOIN LATERAL (SELECT run.workflow_type = ANY(@types::text[]) AS ok) t
+    LEFT JOIN unnest(@claim_queues::text[], @claim_limits::int[]) AS b(queue, n) ON b.queue = run.queue
 ), wt AS (
-    INSERT INTO durable_workflow_tasks (run_id, queue, run_after)
-    SELECT run_id, queue, @now FROM run
+    INSERT INTO durable_workflow_tasks (run_id, queue, run_after, locked_by, locked_until, token)
+    SELECT run_id, queue,
+        CASE WHEN claim THEN @until ELSE @now END,
+        CASE WHEN claim THEN @claim_as::text END,
+        CASE WHEN claim THEN @until::timestamptz END,
+        CASE WHEN claim THEN nextval('durable_task_token') ELSE 0 END
+    FROM pick
     ON CONFLICT (run_id) DO NOTHING
-    RETURNING queue
+    RETURNING run_id, queue, locked_by IS NOT NULL AS claimed, token
 )
 SELECT (SELECT count(*) FROM del),
-    coalesce((SELECT array_agg(DISTINCT queue) FROM wt), '{}'),
+    coalesce((SELECT array_agg(DISTINCT queue) FROM wt WHERE NOT claimed), '{}'),
     coalesce((SELECT json_agg(json_build_object('run_id', del.run_id, 'seq', del.seq,
         'lag', extract(epoch FROM (@now - del.fire_at))::float8, 'trace', coalesce(run.trace_context, '')))
-        FROM del JOIN run ON run.run_id = del.run_id), '[]')`
+        FROM del JOIN run ON run.run_id = del.run_id), '[]'),
+    coalesce((SELECT json_agg(json_build_object('run_id', run.run_id, 'workflow_id', run.workflow_id,
+        'type', run.workflow_type, 'queue', run.queue, 'token', wt.token, 'processed', run.processed_event_id,
+        'trace', coalesce(run.trace_context, ''), 'parent', coalesce(run.parent_run_id::text, ''), 'first_id', run.first_id,
+        'seqs', (SELECT array_agg(del.seq ORDER BY del.seq) FROM del WHERE del.run_id = run.run_id)))
+        FROM wt JOIN run ON run.run_id = wt.run_id WHERE wt.claimed), '[]')`
 
 // FireTimers implements timer.Store.
 func (s *Store) FireTimers(ctx context.Context, now time.Time, limit int) (timer.Fired, error) {
+	f, _, err := s.FireTimersClaiming(ctx, store.FireTimersParams{Now: now, Limit: limit})
+	return f, err
+}
+
+// FireTimersClaiming fires due timers like FireTimers and claims the
+// workflow tasks it makes as in.ClaimAs asks, returning them with the
+// TimerFired events the fire appended.
+func (s *Store) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (timer.Fired, []store.WorkflowTask, error) {
 	var (
 		f     timer.Fired
 		fired []struct {
@@ -62,16 +90,47 @@ func (s *Store) FireTimers(ctx context.Context, now time.Time, limit int) (timer
 			Lag   float64 `json:"lag"`
 			Trace string  `json:"trace"`
 		}
+		claimed []struct {
+			RunID        string  `json:"run_id"`
+			WorkflowID   string  `json:"workflow_id"`
+			WorkflowType string  `json:"type"`
+			Queue        string  `json:"queue"`
+			Token        int64   `json:"token"`
+			Processed    int64   `json:"processed"`
+			Trace        string  `json:"trace"`
+			Parent       string  `json:"parent"`
+			FirstID      int64   `json:"first_id"`
+			Seqs         []int64 `json:"seqs"`
+		}
+		queues = make([]string, 0, len(in.Claim))
+		limits = make([]int32, 0, len(in.Claim))
 	)
-	err := s.db.QueryRow(ctx, fireTimersSQL, namedArgs{"now": now, "limit": limit}).Scan(&f.Count, &f.Queues, &fired)
+	for q, n := range in.Claim {
+		queues, limits = append(queues, q), append(limits, int32(n))
+	}
+	args := namedArgs{
+		"now": in.Now, "limit": in.Limit, "claim_as": in.ClaimAs, "until": in.Now.Add(in.Lease),
+		"claim_queues": queues, "claim_limits": limits, "types": typesArg(in.Types),
+	}
+	err := s.db.QueryRow(ctx, fireTimersSQL, args).Scan(&f.Count, &f.Queues, &fired, &claimed)
 	if err != nil {
-		return f, fmt.Errorf("fire timers: %w", err)
+		return f, nil, fmt.Errorf("fire timers: %w", err)
 	}
 	for _, t := range fired {
 		lag := time.Duration(t.Lag * float64(time.Second))
 		f.Timers = append(f.Timers, timer.FiredTimer{RunID: t.RunID, Seq: t.Seq, Lag: lag, TraceContext: t.Trace})
 	}
-	return f, nil
+	tasks := make([]store.WorkflowTask, len(claimed))
+	for i, c := range claimed {
+		tasks[i] = store.WorkflowTask{
+			RunID: c.RunID, WorkflowID: c.WorkflowID, WorkflowType: c.WorkflowType, Queue: c.Queue, Token: c.Token,
+			ProcessedEventID: c.Processed, TraceContext: c.Trace, ParentRunID: c.Parent,
+		}
+		for j, seq := range c.Seqs {
+			tasks[i].Events = append(tasks[i].Events, history.Event{ID: c.FirstID + int64(j), Time: in.Now, Attributes: history.TimerFired{Seq: seq}})
+		}
+	}
+	return f, tasks, nil
 }
 
 // NextTimer implements timer.Store.

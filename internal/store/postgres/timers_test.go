@@ -44,3 +44,82 @@ func TestTimerNeverFiresBeforeItsNanosecond(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, fired.Count)
 }
+
+// sleepingRun creates a run of type typ on queue q whose first task started
+// timer 1, due at due.
+func sleepingRun(t *testing.T, s *postgres.Store, typ, q string, now, due time.Time) string {
+	t.Helper()
+	ctx := t.Context()
+	run, err := s.CreateRun(ctx, store.CreateRunParams{
+		RunID: uuid.NewString(), WorkflowID: uuid.NewString(), WorkflowType: typ, Queue: q, Input: json.RawMessage(`1`), Now: now,
+		ClaimAs: "starter", Lease: time.Minute,
+	})
+	require.NoError(t, err)
+	_, err = s.CommitWorkflowTask(ctx, store.CommitWorkflowTaskParams{
+		RunID: run.RunID, Token: run.Token, ProcessedEventID: 1, Now: now,
+		Events: []history.Attributes{history.TimerStarted{Seq: 1, FireAt: due}},
+		Timers: []store.NewTimer{{Seq: 1, FireAt: due}},
+	})
+	require.NoError(t, err)
+	return run.RunID
+}
+
+// A fire claims the tasks it makes for the firing worker, within its limit
+// per queue and only of its types, and hands them over with the events it
+// appended; the rest stay ready for anyone.
+func TestFireTimersClaimsForTheFiringWorker(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := postgres.New(pgtest.Pool(t))
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	due := base.Add(time.Second)
+	var runs []string
+	for range 3 {
+		runs = append(runs, sleepingRun(t, s, "Mine", "q", base, due))
+	}
+	other := sleepingRun(t, s, "Other", "q", base, due)
+	elsewhere := sleepingRun(t, s, "Mine", "elsewhere", base, due)
+
+	now := due.Add(time.Millisecond)
+	fired, tasks, err := s.FireTimersClaiming(ctx, store.FireTimersParams{
+		Now: now, Limit: 10, ClaimAs: "w1", Lease: time.Minute, Claim: map[string]int{"q": 2}, Types: []string{"Mine"},
+	})
+	require.NoError(t, err)
+	require.Equal(t, 5, fired.Count)
+	require.ElementsMatch(t, []string{"q", "elsewhere"}, fired.Queues, "queues with tasks left for anyone")
+	require.Len(t, tasks, 2, "the claim limit of the queue")
+	for _, wt := range tasks {
+		require.Contains(t, runs, wt.RunID)
+		require.Equal(t, "Mine", wt.WorkflowType)
+		require.Equal(t, "q", wt.Queue)
+		require.NotZero(t, wt.Token)
+		require.EqualValues(t, 1, wt.ProcessedEventID, "the first task consumed the start")
+		events, err := s.ListEvents(ctx, wt.RunID, 2)
+		require.NoError(t, err)
+		require.Len(t, wt.Events, 1)
+		require.Len(t, events, 1)
+		require.Equal(t, events[0].ID, wt.Events[0].ID, "the hand-off carries the events as they read back")
+		require.True(t, events[0].Time.Equal(wt.Events[0].Time), "%v read back as %v", wt.Events[0].Time, events[0].Time)
+		require.Equal(t, history.TimerFired{Seq: 1}, wt.Events[0].Attributes)
+		require.Equal(t, events[0].Attributes, wt.Events[0].Attributes)
+		// The claim is the worker's: its commit goes through.
+		_, err = s.CommitWorkflowTask(ctx, store.CommitWorkflowTaskParams{
+			RunID: wt.RunID, Token: wt.Token, ProcessedEventID: 3, Now: now,
+			Close: &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`0`)},
+		})
+		require.NoError(t, err)
+	}
+	// Everything else is ready for any worker.
+	left, err := s.ClaimWorkflowTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w2", Limit: 10, Now: now, Lease: time.Minute})
+	require.NoError(t, err)
+	var ids []string
+	for _, wt := range left {
+		ids = append(ids, wt.RunID)
+	}
+	require.Len(t, ids, 2)
+	require.Contains(t, ids, other)
+	left, err = s.ClaimWorkflowTasks(ctx, store.ClaimParams{Queue: "elsewhere", WorkerID: "w2", Limit: 10, Now: now, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, left, 1)
+	require.Equal(t, elsewhere, left[0].RunID)
+}
