@@ -35,7 +35,7 @@ RETURNING t.id, coalesce(t.run_id::text, ''),
 
 // ClaimActivityTasks implements store.Store.
 func (s *Store) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
-	tasks, err := claim(ctx, s, claimActivityTasksSQL, namedArgs{
+	tasks, err := queryIndexed(ctx, s, claimActivityTasksSQL, namedArgs{
 		"queue": in.Queue, "now": in.Now, "limit": in.Limit, "worker": in.WorkerID,
 		"any_type": in.Types == nil, "types": typesArg(in.Types),
 	}, func(row pgx.CollectableRow) (store.ActivityTask, error) {

@@ -38,7 +38,7 @@ RETURNING t.run_id::text, r.workflow_id, r.workflow_type, t.queue, t.token, r.pr
 
 // ClaimWorkflowTasks implements store.Store.
 func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
-	tasks, err := claim(ctx, s, claimWorkflowTasksSQL, namedArgs{
+	tasks, err := queryIndexed(ctx, s, claimWorkflowTasksSQL, namedArgs{
 		"queue":    in.Queue,
 		"now":      in.Now,
 		"limit":    in.Limit,

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/timer"
@@ -112,7 +114,9 @@ func (s *Store) FireTimersClaiming(ctx context.Context, in store.FireTimersParam
 		"now": in.Now, "limit": in.Limit, "claim_as": in.ClaimAs, "until": in.Now.Add(in.Lease),
 		"claim_queues": queues, "claim_limits": limits, "types": typesArg(in.Types),
 	}
-	err := s.db.QueryRow(ctx, fireTimersSQL, args).Scan(&f.Count, &f.Queues, &fired, &claimed)
+	_, err := queryIndexed(ctx, s, fireTimersSQL, args, func(row pgx.CollectableRow) (struct{}, error) {
+		return struct{}{}, row.Scan(&f.Count, &f.Queues, &fired, &claimed)
+	})
 	if err != nil {
 		return f, nil, fmt.Errorf("fire timers: %w", err)
 	}
