@@ -115,7 +115,7 @@ func (e *Engine) resolveThenCommit(ctx context.Context, f *fusedOutcome, x wfexe
 //
 // It returns nil, leaving params as they were, if the engine does not run
 // the workflow's type on its queue, or the task's commands are more than
-// events and activities (timers, a close...), or the code fails: the start
+// events, activities and timers (a close, a child...), or the code fails: the start
 // then goes the ordinary way. Otherwise it returns the function to call
 // with CreateRun's outcome, which keeps the run in the cache and starts the
 // activities claimed for this engine; until then Run keeps its pools.
@@ -141,7 +141,7 @@ func (e *Engine) eagerStart(ctx context.Context, params *store.CreateRunParams) 
 		return giveUp()
 	}
 	commit, err := e.commitParams(t, 1, x.TakeCommands(), params.Now)
-	if err != nil || !commit.IsStep() {
+	if err != nil || !commit.IsFirst() {
 		return giveUp()
 	}
 	handOff := e.handOffActivities(commit.Activities, "")
@@ -171,7 +171,7 @@ func (e *Engine) eagerStart(ctx context.Context, params *store.CreateRunParams) 
 		if !applyOwn(x, 2, params.Now, commit.Events) {
 			return
 		}
-		if x.OnlyTimers() { // it waits for a signal: nothing to keep it for
+		if x.OnlyTimers() && !wakesSoon(commit) { // it waits for a signal or a long sleep: nothing to keep it for
 			x.Close()
 			return
 		}

@@ -265,9 +265,10 @@ func TestUnfusableStepTakesTwoWrites(t *testing.T) {
 	require.NoError(t, e.ReplayRun(ctx, r.WorkflowID))
 }
 
-// A timer that fires on the engine that has its run cached hands the woken
-// task to that engine's worker with the TimerFired event: no claim, no
-// history read.
+// A run whose first task starts a timer is inserted with it (an eager
+// start), and a timer that fires on the engine that has its run cached
+// hands the woken task to that engine's worker with the TimerFired event:
+// no claim, no history read, from start to end.
 func TestFiredTimerWakesTheCachedRun(t *testing.T) {
 	t.Parallel()
 	sc := &stepCounter{}
@@ -284,12 +285,13 @@ func TestFiredTimerWakesTheCachedRun(t *testing.T) {
 	}
 	run(0) // may start before Run serves the queue
 	sc.mu.Lock()
-	woken0, claimed0, reads0 := sc.woken, sc.claimed, sc.reads
+	woken0, claimed0, reads0, eager0 := sc.woken, sc.claimed, sc.reads, sc.eager
 	sc.mu.Unlock()
 	r := run(1)
 	sc.mu.Lock()
-	woken, claimed, reads := sc.woken, sc.claimed, sc.reads
+	woken, claimed, reads, eager := sc.woken, sc.claimed, sc.reads, sc.eager
 	sc.mu.Unlock()
+	require.Equal(t, eager0+1, eager, "the start carried the first timer")
 	require.Equal(t, woken0+2, woken, "both fires handed the run over")
 	require.Equal(t, claimed0, claimed, "no claim")
 	require.Equal(t, reads0, reads, "no history read")

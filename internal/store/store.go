@@ -91,9 +91,9 @@ type CreateRunParams struct {
 	ClaimAs string
 	Lease   time.Duration
 	// First, if set, is the run's first workflow task, run by the starting
-	// engine before the insert (an eager start): its events and activities
-	// are recorded with the run, after its WorkflowStarted event, and the
-	// run has no workflow task. It must be a step (see IsStep); its
+	// engine before the insert (an eager start): its events, activities and
+	// timers are recorded with the run, after its WorkflowStarted event, and
+	// the run has no workflow task. It must be a first task (see IsFirst); its
 	// RunID, Now and ProcessedEventID (1) match the run's. ClaimAs does not
 	// apply.
 	First *CommitWorkflowTaskParams
@@ -278,6 +278,14 @@ func (p CommitWorkflowTaskParams) Fusable() bool {
 // IsStep reports whether a commit only appends events and schedules
 // activities: the commonest shape, which has statements of its own.
 func (p CommitWorkflowTaskParams) IsStep() bool { return p.Close == nil && p.bare() }
+
+// IsFirst reports whether a commit can be recorded with the run it belongs
+// to (CreateRunParams.First): it appends events, schedules activities and
+// starts timers, and nothing else.
+func (p CommitWorkflowTaskParams) IsFirst() bool {
+	return p.Close == nil && len(p.CanceledTimers) == 0 && len(p.CanceledActivities) == 0 &&
+		len(p.Children) == 0 && p.ContinueAs == nil && !p.CloseChildren
+}
 
 // bare reports whether a commit has nothing but events, activities and a
 // close.

@@ -35,7 +35,7 @@ SELECT count(*), count(CASE WHEN @notify THEN pg_notify('durable', 'w:' || queue
 FROM run`
 
 // createRunFirstSQL is createRunSQL for an eager start: the run comes with
-// the events and activities of its first workflow task, and no task.
+// the events, activities and timers of its first workflow task, and no task.
 const createRunFirstSQL = `
 WITH run AS (
     INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, processed_event_id,
@@ -47,10 +47,16 @@ WITH run AS (
 ), started AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
     SELECT run_id, 1, @event_type, @event, @now FROM run
-` + commitEventsCTE + commitActivitiesCTE + `)
+` + commitEventsCTE + commitActivitiesCTE + `), tmr AS (
+    INSERT INTO durable_timers (run_id, seq, queue, fire_at)
+    SELECT run.run_id, t.seq, run.queue, t.fire_at
+    FROM run, unnest(@timer_seq::bigint[], @timer_at::timestamptz[]) AS t(seq, fire_at)
+    RETURNING fire_at
+)
 SELECT (SELECT count(*) FROM run),
     (SELECT array_agg(DISTINCT queue) FROM acts WHERE run_after <= @now AND locked_by IS NULL),
-    (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until)) FROM acts WHERE locked_by IS NOT NULL)`
+    (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until)) FROM acts WHERE locked_by IS NOT NULL),
+    (SELECT min(fire_at) FROM tmr)`
 
 // CreateRun implements store.Store.
 func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
@@ -116,8 +122,8 @@ func (s *Store) openRunOf(ctx context.Context, in store.CreateRunParams) (store.
 // createRunFirst is CreateRun with the first task's commands (in.First).
 func (s *Store) createRunFirst(ctx context.Context, in store.CreateRunParams, eventType, event string) (store.Run, error) {
 	f := *in.First
-	if !f.IsStep() || f.RunID != in.RunID {
-		return store.Run{}, fmt.Errorf("create run %s: its first task may only append events and schedule activities, for the same run", in.RunID)
+	if !f.IsFirst() || f.RunID != in.RunID {
+		return store.Run{}, fmt.Errorf("create run %s: its first task may only append events, schedule activities and start timers, for the same run", in.RunID)
 	}
 	types, attrs, err := encodeEvents(f.Events)
 	if err != nil {
@@ -129,6 +135,7 @@ func (s *Store) createRunFirst(ctx context.Context, in store.CreateRunParams, ev
 		"types": types, "attrs": attrs,
 	}
 	activityArgs(args, f.Activities)
+	timerArgs(args, f.Timers)
 	var (
 		n       int
 		ready   store.Ready
@@ -136,7 +143,7 @@ func (s *Store) createRunFirst(ctx context.Context, in store.CreateRunParams, ev
 	)
 	// Under load, eager starts share transactions like steps (group commit).
 	err = s.queryRow(ctx, in.RunID, createRunFirstSQL, args, func(row pgx.Row) error {
-		return row.Scan(&n, &ready.ActivityQueues, &claimed)
+		return row.Scan(&n, &ready.ActivityQueues, &claimed, &ready.TimerAt)
 	})
 	if err != nil {
 		return store.Run{}, fmt.Errorf("create run: %w", translate(err))

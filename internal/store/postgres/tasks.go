@@ -214,6 +214,15 @@ SELECT (SELECT count(*) FROM run), (SELECT first_id FROM run),
     (SELECT queue FROM rel),
     NULL::timestamptz`
 
+// timerArgs sets the arguments of the timers a commit starts.
+func timerArgs(args namedArgs, timers []store.NewTimer) {
+	tseq, tat := make([]int64, len(timers)), make([]any, len(timers))
+	for i, t := range timers {
+		tseq[i], tat[i] = t.Seq, ceilMicrosecond(t.FireAt)
+	}
+	args["timer_seq"], args["timer_at"] = tseq, tat
+}
+
 // ceilMicrosecond rounds t up to Postgres's precision. Stored truncated, a
 // fire time of 12:00:00.0000005 would read as 12:00:00.000000, and a scan at
 // that instant would fire the timer half a microsecond early (the chaos
@@ -268,11 +277,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 		}
 	}
 	activityArgs(args, in.Activities)
-	tseq, tat := make([]int64, len(in.Timers)), make([]any, len(in.Timers))
-	for i, t := range in.Timers {
-		tseq[i], tat[i] = t.Seq, ceilMicrosecond(t.FireAt)
-	}
-	args["timer_seq"], args["timer_at"] = tseq, tat
+	timerArgs(args, in.Timers)
 
 	if in.Outcome != nil {
 		claimed, err := s.commitFused(ctx, in, args, &ready)

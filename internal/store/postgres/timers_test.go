@@ -123,3 +123,44 @@ func TestFireTimersClaimsForTheFiringWorker(t *testing.T) {
 	require.Len(t, left, 1)
 	require.Equal(t, elsewhere, left[0].RunID)
 }
+
+// A run recorded with its first task's commands (an eager start) starts
+// that task's timers: no workflow task until the timer fires.
+func TestFirstTaskStartsItsTimers(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := postgres.New(pgtest.Pool(t))
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	due := base.Add(2 * time.Second)
+	runID := uuid.NewString()
+	run, err := s.CreateRun(ctx, store.CreateRunParams{
+		RunID: runID, WorkflowID: "sleeper", WorkflowType: "Sleeper", Queue: "q", Input: json.RawMessage(`1`), Now: base,
+		First: &store.CommitWorkflowTaskParams{
+			RunID: runID, WorkflowID: "sleeper", WorkflowQueue: "q", ProcessedEventID: 1, Now: base,
+			Events: []history.Attributes{history.TimerStarted{Seq: 1, FireAt: due}},
+			Timers: []store.NewTimer{{Seq: 1, FireAt: due}},
+		},
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, run.LastEventID)
+	require.NotNil(t, run.Ready.TimerAt, "the scanner is told of the timer")
+	require.True(t, due.Equal(*run.Ready.TimerAt))
+	tasks, err := s.ClaimWorkflowTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 10, Now: due, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, tasks, "the first task ran: nothing to do before the timer")
+
+	fired, err := s.FireTimers(ctx, due, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, fired.Count)
+	tasks, err = s.ClaimWorkflowTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 10, Now: due, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, tasks, 1)
+	require.EqualValues(t, 1, tasks[0].ProcessedEventID)
+	events, err := s.ListEvents(ctx, runID, 0)
+	require.NoError(t, err)
+	var types []string
+	for _, ev := range events {
+		types = append(types, ev.Type())
+	}
+	require.Equal(t, []string{"workflow_started", "timer_started", "timer_fired"}, types)
+}
