@@ -199,6 +199,7 @@ type Engine struct {
 	workflowTypes, activityTypes []string
 
 	cache   *runCache
+	wakes   wakeups // soon-due timers of cached runs (timerfire.go)
 	hub     *hub
 	running atomic.Bool
 	pools   atomic.Pointer[pools] // set while Run runs

@@ -14,11 +14,13 @@ import (
 	"github.com/durable-go/durable/internal/wfexec"
 )
 
-// fusedOutcome is the activity outcome a fused step records.
+// fusedOutcome is what a fused step records before the run's commands: an
+// activity's outcome, or the firing of the run's timer timerSeq.
 type fusedOutcome struct {
-	task  store.ActivityTask
-	event history.Event // the outcome, numbered as the run's next event
-	attrs []slog.Attr   // the activity's log attributes
+	task     store.ActivityTask // the activity, or zero for a timer
+	timerSeq int64
+	event    history.Event // the outcome, numbered as the run's next event
+	attrs    []slog.Attr   // the activity's (or timer's) log attributes
 }
 
 // fuse records an activity's outcome together with the next workflow task
@@ -40,6 +42,20 @@ func (e *Engine) fuse(ctx context.Context, at store.ActivityTask, attrs []slog.A
 	if x == nil {
 		return false, nil, nil
 	}
+	f := &fusedOutcome{task: at, attrs: attrs, event: history.Event{Attributes: ev}}
+	return e.stepFused(ctx, x, t, f, func(x wfexec.Executor, cmds []history.Attributes, wattrs []slog.Attr, span trace.Span, before int64) (*store.WorkflowTask, bool) {
+		return e.resolveThenCommit(ctx, f, x, cmds, wattrs, span, before), true
+	})
+}
+
+// stepFused runs the cached run x (whose last task is t) past the outcome
+// f.event, numbered and timed here, and commits its commands with it (see
+// fuse and wakeCached). Commands the fused statements do not cover go to
+// notFusable, with x open and its logs held, which reports whether it took
+// care of the outcome. If the step does not take effect, x is closed.
+func (e *Engine) stepFused(ctx context.Context, x wfexec.Executor, t store.WorkflowTask, f *fusedOutcome,
+	notFusable func(x wfexec.Executor, cmds []history.Attributes, wattrs []slog.Attr, span trace.Span, before int64) (*store.WorkflowTask, bool),
+) (handled bool, then *store.WorkflowTask, next *store.ActivityTask) {
 	e.metrics.cache.WithLabelValues("hit").Inc()
 	began := time.Now()
 	wattrs := []slog.Attr{slog.String("run_id", t.RunID), slog.String("workflow", t.WorkflowType)}
@@ -51,7 +67,7 @@ func (e *Engine) fuse(ctx context.Context, at store.ActivityTask, attrs []slog.A
 	}()
 
 	before := x.LastEventID()
-	f := &fusedOutcome{task: at, attrs: attrs, event: history.Event{ID: before + 1, Time: e.now(), Attributes: ev}}
+	f.event.ID, f.event.Time = before+1, e.now()
 	x.HoldLogs() // until the step takes effect
 	if err := x.Apply([]history.Event{f.event}, before); err != nil {
 		// The plain path runs the task again from history and reports it.
@@ -68,7 +84,8 @@ func (e *Engine) fuse(ctx context.Context, at store.ActivityTask, attrs []slog.A
 	case errors.Is(err, store.ErrRunMoved):
 		return false, nil, nil
 	case errors.Is(err, errNotFusable):
-		return true, e.resolveThenCommit(ctx, f, x, cmds, wattrs, span, before), nil
+		then, handled := notFusable(x, cmds, wattrs, span, before)
+		return handled, then, nil
 	}
 	return false, nil, nil // commitTask returns no other error
 }
@@ -177,6 +194,7 @@ func (e *Engine) eagerStart(ctx context.Context, params *store.CreateRunParams) 
 		}
 		t.Events = nil
 		e.cache.put(t, x)
+		e.wakes.note(t.RunID, commit)
 	}
 }
 

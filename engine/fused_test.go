@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,16 +119,21 @@ func incrWaitIncr(ctx workflow.Context, n int) (int, error) {
 	return workflow.ExecuteActivity(ctx, incr, n+add).Get(ctx)
 }
 
-// incrNapIncr sleeps between two activities: a timer cannot be fused.
-func incrNapIncr(ctx workflow.Context, n int) (int, error) {
+// incrWithDeadline gives its first activity an hour, and cancels the
+// deadline when it is done: a canceled timer cannot be fused.
+func incrWithDeadline(ctx workflow.Context, n int) (int, error) {
+	deadline := workflow.NewTimer(ctx, time.Hour)
 	n, err := workflow.ExecuteActivity(ctx, incr, n).Get(ctx)
 	if err != nil {
 		return 0, err
 	}
-	if err := workflow.Sleep(ctx, time.Millisecond); err != nil {
-		return 0, err
-	}
+	deadline.Cancel()
 	return workflow.ExecuteActivity(ctx, incr, n).Get(ctx)
+}
+
+// napLong sleeps for a day: the run leaves the cache while it waits.
+func napLong(ctx workflow.Context, n int) (int, error) {
+	return n, workflow.Sleep(ctx, 24*time.Hour)
 }
 
 // napTwice sleeps twice.
@@ -141,15 +147,19 @@ func napTwice(ctx workflow.Context, n int) (int, error) {
 }
 
 // fusedEngine runs an engine whose storage sc counts the writes and which
-// logs to log.
-func fusedEngine(t *testing.T, sc *stepCounter, log *syncbuf.Buffer) *Engine {
+// logs to log; set, if given, changes its options.
+func fusedEngine(t *testing.T, sc *stepCounter, log *syncbuf.Buffer, set ...func(*Options)) *Engine {
 	t.Helper()
-	e, err := New(pgtest.Pool(t), Options{
+	opts := Options{
 		Logger: slog.New(slog.NewTextHandler(log, nil)), PollInterval: 100 * time.Millisecond,
 		wrapStorage: func(s storage) storage { sc.storage = s; return sc },
-	})
+	}
+	for _, f := range set {
+		f(&opts)
+	}
+	e, err := New(pgtest.Pool(t), opts)
 	require.NoError(t, err)
-	for _, wf := range []func(workflow.Context, int) (int, error){threeIncrs, incrWaitIncr, incrNapIncr, napTwice} {
+	for _, wf := range []func(workflow.Context, int) (int, error){threeIncrs, incrWaitIncr, incrWithDeadline, napTwice, napLong} {
 		require.NoError(t, RegisterWorkflow(e, wf, WorkflowOptions{}))
 	}
 	require.NoError(t, RegisterActivity(e, incr, activity.Options{}))
@@ -241,34 +251,36 @@ func TestFusedStepYieldsToANewEvent(t *testing.T) {
 	require.NoError(t, e.ReplayRun(ctx, r.WorkflowID))
 }
 
-// A step whose commands cannot be fused (a timer) records the outcome, then
-// commits the commands the cached run produced, without reading history.
+// A step whose commands cannot be fused (a timer's cancellation) records
+// the outcome, then commits the commands the cached run produced, without
+// reading history.
 func TestUnfusableStepTakesTwoWrites(t *testing.T) {
 	t.Parallel()
 	sc := &stepCounter{}
 	e := fusedEngine(t, sc, &syncbuf.Buffer{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := Start(ctx, e, incrNapIncr, 5, StartOptions{})
+	r, err := Start(ctx, e, incrWithDeadline, 5, StartOptions{})
 	require.NoError(t, err)
 	got, err := r.Result(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 7, got)
 
 	fused, refused, resolves, _ := sc.counts()
-	require.Equal(t, 1, resolves, "the outcome before the timer")
+	require.Equal(t, 1, resolves, "the outcome before the cancellation")
 	require.Zero(t, refused)
 	require.Equal(t, 1, fused, "the close")
 	events, err := r.History(ctx)
 	require.NoError(t, err)
-	require.Equal(t, "timer_started", events[3].Type(), "the cached run's command, committed after the outcome (event 3)")
+	require.Equal(t, "activity_completed", events[3].Type())
+	require.Equal(t, "timer_canceled", events[4].Type(), "the cached run's command, committed after the outcome (event 4)")
 	require.NoError(t, e.ReplayRun(ctx, r.WorkflowID))
 }
 
 // A run whose first task starts a timer is inserted with it (an eager
-// start), and a timer that fires on the engine that has its run cached
-// hands the woken task to that engine's worker with the TimerFired event:
-// no claim, no history read, from start to end.
+// start), and a timer that comes due on the engine that has its run cached
+// wakes it there: the firing and the run's next commands are one fused
+// write. No claim, no history read, no workflow task, from start to end.
 func TestFiredTimerWakesTheCachedRun(t *testing.T) {
 	t.Parallel()
 	sc := &stepCounter{}
@@ -285,15 +297,58 @@ func TestFiredTimerWakesTheCachedRun(t *testing.T) {
 	}
 	run(0) // may start before Run serves the queue
 	sc.mu.Lock()
-	woken0, claimed0, reads0, eager0 := sc.woken, sc.claimed, sc.reads, sc.eager
+	woken0, claimed0, reads0, eager0, fused0 := sc.woken, sc.claimed, sc.reads, sc.eager, sc.fused
 	sc.mu.Unlock()
 	r := run(1)
 	sc.mu.Lock()
-	woken, claimed, reads, eager := sc.woken, sc.claimed, sc.reads, sc.eager
+	woken, claimed, reads, eager, fused, refused := sc.woken, sc.claimed, sc.reads, sc.eager, sc.fused, sc.refused
 	sc.mu.Unlock()
 	require.Equal(t, eager0+1, eager, "the start carried the first timer")
-	require.Equal(t, woken0+2, woken, "both fires handed the run over")
+	require.Equal(t, fused0+2, fused, "each wake, the second with the close")
+	require.Zero(t, refused)
+	require.Equal(t, woken0, woken, "no fire handed the run over")
 	require.Equal(t, claimed0, claimed, "no claim")
 	require.Equal(t, reads0, reads, "no history read")
 	require.NoError(t, e.ReplayRun(ctx, r.WorkflowID), "the history replays")
+}
+
+// A timer of a run that is not in the cache is fired by the scanner, which
+// claims the woken task for its own engine and hands it over: no claim.
+func TestFiredTimerHandsTheTaskToItsEngine(t *testing.T) {
+	t.Parallel()
+	var skew atomic.Int64 // the clock jumps a day ahead
+	sc := &stepCounter{}
+	e := fusedEngine(t, sc, &syncbuf.Buffer{}, func(o *Options) {
+		o.NowFunc = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+		// No poll meanwhile: a poller claiming holds the free slots, and a
+		// fire then has none to hand the task to (it is claimed instead).
+		o.PollInterval = time.Hour
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Past the engine's start, when the poller's first claim holds the
+	// free slots.
+	warm, err := Start(ctx, e, napTwice, 0, StartOptions{})
+	require.NoError(t, err)
+	_, err = warm.Result(ctx)
+	require.NoError(t, err)
+	r, err := Start(ctx, e, napLong, 3, StartOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		d, err := e.Describe(ctx, r.WorkflowID)
+		return err == nil && len(d.PendingTimers) == 1
+	}, 10*time.Second, 5*time.Millisecond, "the run sleeps")
+	sc.mu.Lock()
+	woken0, claimed0 := sc.woken, sc.claimed
+	sc.mu.Unlock()
+
+	skew.Store(int64(25 * time.Hour))
+	e.hub.publish("t:") // the scanner looks again, a day later
+	got, err := r.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, got)
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	require.Equal(t, woken0+1, sc.woken, "the fire handed the task over (claimed %d -> %d)", claimed0, sc.claimed)
+	require.Equal(t, claimed0, sc.claimed, "no claim")
 }

@@ -161,7 +161,8 @@ func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any
 	if existing && o.RejectIfRunning {
 		return nil, fmt.Errorf("start workflow %s %q: %w (run %s)", name, o.ID, ErrAlreadyRunning, r.RunID)
 	}
-	if !existing && !inTx && p == nil && e.hub.active() {
+	// A run inserted with its first task (eager) has no task to announce.
+	if !existing && !inTx && p == nil && eager == nil && e.hub.active() {
 		e.hub.publish("w:" + queue)
 	}
 	return &Run[Out]{WorkflowID: r.WorkflowID, RunID: r.RunID, Existing: existing, e: e}, nil

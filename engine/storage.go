@@ -25,6 +25,8 @@ type storage interface {
 	// FireTimersClaiming fires timers and claims the workflow tasks it
 	// makes as in.ClaimAs asks (see timerFirer).
 	FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (timer.Fired, []store.WorkflowTask, error)
+	// NextTimerSkipping is NextTimer without the timers of the runs in skip.
+	NextTimerSkipping(ctx context.Context, skip []string) (time.Time, bool, error)
 	// StartGroupCommit commits concurrent step writes together until stop.
 	StartGroupCommit(flushers, max int) (stop func())
 

@@ -1,25 +1,133 @@
 package engine
 
 import (
+	"container/heap"
 	"context"
+	"log/slog"
+	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/wfexec"
 	"github.com/durable-go/durable/timer"
 )
 
-// timerFirer is the timer scanner's store: a fire claims the workflow tasks
-// it makes for this engine, as many as its workflow slots have room for,
-// and runs them at once with the TimerFired events it appended. A run
-// cached here then wakes without a claim or a history read; the tasks it
-// could not take stay ready for any worker.
-type timerFirer struct{ e *Engine }
+// Timers come due two ways.
+//
+// A run this engine keeps in its cache wakes here: when a commit starts a
+// timer that fires soon (a short sleep stays cached, see wakesSoon), the
+// engine notes it (wakeups), and when the scanner finds it due, the cached
+// run applies TimerFired, runs, and the firing and its commands are one
+// fused commit (store.Outcome.TimerSeq), like an activity's fused step.
+// The timer's row stays in the table meanwhile: if this engine stops, or
+// the run leaves its cache, the scanner fires it as usual; a fire by
+// another engine moves the run on, and the fused commit is refused.
+//
+// Every other due timer is fired by the scanner's statement, which claims
+// the tasks it makes for this engine's free workflow slots and hands them
+// over with the TimerFired events: a run cached here then wakes without a
+// claim or a history read. The tasks it could not take stay ready for any
+// worker.
+
+// wakeups are the soon-due timers of runs this engine has cached, earliest
+// first, and the runs being woken now, whose timers the scanner leaves
+// alone.
+type wakeups struct {
+	mu       sync.Mutex
+	due      wakeHeap
+	inflight map[string]int
+}
+
+type wakeup struct {
+	runID string
+	seq   int64
+	at    time.Time
+}
+
+type wakeHeap []wakeup
+
+func (h wakeHeap) Len() int           { return len(h) }
+func (h wakeHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h wakeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *wakeHeap) Push(x any)        { *h = append(*h, x.(wakeup)) }
+func (h *wakeHeap) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return w
+}
+
+// note records the soon-due timers a commit of run runID started.
+func (w *wakeups) note(runID string, commit store.CommitWorkflowTaskParams) {
+	for _, tm := range commit.Timers {
+		if tm.FireAt.Sub(commit.Now) < shortSleep {
+			w.mu.Lock()
+			heap.Push(&w.due, wakeup{runID: runID, seq: tm.Seq, at: tm.FireAt})
+			w.mu.Unlock()
+		}
+	}
+}
+
+// popDue removes and returns the timers due at now.
+func (w *wakeups) popDue(now time.Time) []wakeup {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var due []wakeup
+	for len(w.due) > 0 && !w.due[0].at.After(now) {
+		due = append(due, heap.Pop(&w.due).(wakeup))
+	}
+	return due
+}
+
+// begin and end bracket a wake of run runID; waking lists the runs in one.
+func (w *wakeups) begin(runID string) {
+	w.mu.Lock()
+	if w.inflight == nil {
+		w.inflight = map[string]int{}
+	}
+	w.inflight[runID]++
+	w.mu.Unlock()
+}
+
+func (w *wakeups) end(runID string) {
+	w.mu.Lock()
+	if w.inflight[runID]--; w.inflight[runID] <= 0 {
+		delete(w.inflight, runID)
+	}
+	w.mu.Unlock()
+}
+
+func (w *wakeups) waking() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	runs := make([]string, 0, len(w.inflight))
+	for r := range w.inflight {
+		runs = append(runs, r)
+	}
+	return runs
+}
+
+// timerFirer is the timer scanner's store (see above). rescan makes the
+// scanner look again: a wake that did not take effect leaves its timer to
+// the scanner.
+type timerFirer struct {
+	e      *Engine
+	rescan func()
+}
 
 // FireTimers implements timer.Store.
-func (f timerFirer) FireTimers(ctx context.Context, now time.Time, limit int) (timer.Fired, error) {
+func (f *timerFirer) FireTimers(ctx context.Context, now time.Time, limit int) (timer.Fired, error) {
 	e := f.e
 	// At the database's precision, as the events' times will read back.
-	in := store.FireTimersParams{Now: now.Truncate(time.Microsecond), Limit: limit}
+	now = now.Truncate(time.Microsecond)
+	for _, w := range e.wakes.popDue(now) {
+		f.wake(ctx, w, now)
+	}
+	in := store.FireTimersParams{Now: now, Limit: limit, Skip: e.wakes.waking()}
 	reserved := map[string]*workerPool[store.WorkflowTask]{}
 	if ps := e.pools.Load(); ps != nil {
 		in.Claim = map[string]int{}
@@ -49,7 +157,74 @@ func (f timerFirer) FireTimers(ctx context.Context, now time.Time, limit int) (t
 	return fired, err
 }
 
-// NextTimer implements timer.Store.
-func (f timerFirer) NextTimer(ctx context.Context) (time.Time, bool, error) {
-	return f.e.store.NextTimer(ctx)
+// NextTimer implements timer.Store: the next timer that is not being woken.
+func (f *timerFirer) NextTimer(ctx context.Context) (time.Time, bool, error) {
+	return f.e.store.NextTimerSkipping(ctx, f.e.wakes.waking())
+}
+
+// wake starts the fused wake of w's run in a wake slot, if the run is in
+// the cache and a slot is free; otherwise the scanner fires it.
+func (f *timerFirer) wake(ctx context.Context, w wakeup, now time.Time) {
+	e := f.e
+	ps := e.pools.Load()
+	if ps == nil {
+		return
+	}
+	x, t := e.cache.take(w.runID)
+	if x == nil {
+		return
+	}
+	if !ps.wake.tryAcquire() {
+		e.cache.put(t, x)
+		return
+	}
+	e.wakes.begin(w.runID)
+	ps.wake.start(wakeJob{ctx: ctx, x: x, task: t, w: w, lag: now.Sub(w.at), rescan: f.rescan})
+}
+
+// wakeJob is a fused wake for the wake slots.
+type wakeJob struct {
+	ctx    context.Context // the scanner's, for the fire's span
+	x      wfexec.Executor
+	task   store.WorkflowTask
+	w      wakeup
+	lag    time.Duration
+	rescan func()
+}
+
+func (e *Engine) runWake(ctx context.Context, j wakeJob) *wakeJob {
+	woke := e.wakeCached(ctx, j.x, j.task, j.w.seq)
+	e.wakes.end(j.w.runID)
+	if !woke {
+		j.rescan() // the timer is the scanner's again
+		return nil
+	}
+	e.observeFire(j.ctx, timer.FiredTimer{RunID: j.w.runID, Seq: j.w.seq, Lag: j.lag, TraceContext: j.task.TraceContext})
+	return nil
+}
+
+// observeFire records a fired timer: its lag, and a span in its run's trace.
+func (e *Engine) observeFire(ctx context.Context, t timer.FiredTimer) {
+	e.metrics.timerLag.Observe(t.Lag.Seconds())
+	_, span := e.startSpan(ctx, t.TraceContext, "durable.timer_fire",
+		attribute.String("durable.run.id", t.RunID), attribute.Int64("durable.timer.seq", t.Seq),
+		attribute.Float64("durable.timer.lag_seconds", t.Lag.Seconds()))
+	span.End()
+}
+
+// wakeCached runs the cached run x (its last task t) past the firing of its
+// timer seq and commits the step fused. It reports whether the step took
+// effect; if not, x is closed and the timer left to the scanner.
+func (e *Engine) wakeCached(ctx context.Context, x wfexec.Executor, t store.WorkflowTask, seq int64) bool {
+	f := &fusedOutcome{timerSeq: seq, event: history.Event{Attributes: history.TimerFired{Seq: seq}},
+		attrs: []slog.Attr{slog.String("run_id", t.RunID), slog.Int64("timer_seq", seq)}}
+	handled, _, _ := e.stepFused(ctx, x, t, f, func(x wfexec.Executor, _ []history.Attributes, _ []slog.Attr, _ trace.Span, _ int64) (*store.WorkflowTask, bool) {
+		// A wake whose commands a fused statement does not cover (a child,
+		// a cancellation...) is dropped: the scanner fires the timer and
+		// the run goes on from its history.
+		x.ReleaseLogs(false)
+		x.Close()
+		return nil, false
+	})
+	return handled
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,7 +74,7 @@ func TestResultWaitsOutAnOutage(t *testing.T) {
 }
 
 func napThenOne(ctx workflow.Context, n int) (int, error) {
-	if err := workflow.Sleep(ctx, 10*time.Millisecond); err != nil {
+	if err := workflow.Sleep(ctx, time.Hour); err != nil {
 		return 0, err
 	}
 	return n + 1, nil
@@ -85,8 +86,10 @@ func TestHistoryReadWaitsOutAnOutage(t *testing.T) {
 	t.Parallel()
 	inj := newFaultInjector(1, 0)
 	log := &syncbuf.Buffer{}
+	var skew atomic.Int64 // the clock jumps past the hour's sleep
 	e, err := New(pgtest.Pool(t), Options{wrapStorage: inj.wrap, Logger: slog.New(slog.NewTextHandler(log, nil)),
-		PollInterval: 100 * time.Millisecond, WorkflowTaskLease: time.Minute})
+		PollInterval: 100 * time.Millisecond, WorkflowTaskLease: time.Minute,
+		NowFunc: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
 	require.NoError(t, err)
 	require.NoError(t, RegisterWorkflow(e, napThenOne, WorkflowOptions{}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -96,11 +99,17 @@ func TestHistoryReadWaitsOutAnOutage(t *testing.T) {
 	go func() { done <- e.Run(runCtx) }()
 	defer func() { stop(); require.NoError(t, <-done) }()
 
-	// The run leaves the cache while it sleeps, so the task after the
-	// timer reads the history: the first three reads fail.
-	inj.force("ListEvents", fateBefore, fateBefore, fateBefore)
+	// The run leaves the cache while it sleeps for an hour, so the task
+	// after the timer reads the history: the first three reads fail.
 	r, err := Start(ctx, e, napThenOne, 1, StartOptions{})
 	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		d, err := e.Describe(ctx, r.WorkflowID)
+		return err == nil && len(d.PendingTimers) == 1
+	}, 10*time.Second, 5*time.Millisecond, "the run sleeps")
+	inj.force("ListEvents", fateBefore, fateBefore, fateBefore)
+	skew.Store(int64(2 * time.Hour))
+	e.hub.publish("t:")
 	got, err := r.Result(ctx) // well before the one-minute lease
 	require.NoError(t, err)
 	require.Equal(t, 2, got)

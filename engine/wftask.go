@@ -135,7 +135,7 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 		return nil, nil
 	}
 	if fused != nil {
-		commit.Outcome = &store.Outcome{TaskID: fused.task.ID, Attempt: fused.task.Attempt}
+		commit.Outcome = &store.Outcome{TaskID: fused.task.ID, Attempt: fused.task.Attempt, TimerSeq: fused.timerSeq}
 		commit.Events = append([]history.Attributes{fused.event.Attributes}, commit.Events...)
 		if !commit.Fusable() {
 			return nil, errNotFusable
@@ -164,6 +164,11 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 		switch {
 		case fused != nil && errors.Is(err, store.ErrRunMoved):
 			return nil, err
+		case fused != nil && fused.timerSeq != 0:
+			// The timer is still there: the scanner fires it.
+			e.log.LogAttrs(ctx, slog.LevelWarn, "record a timer's firing with the next workflow task; the timer fires the ordinary way",
+				append(fused.attrs, slog.String("error", err.Error()))...)
+			return nil, store.ErrRunMoved
 		case fused != nil:
 			e.logLostWrite(ctx, "record activity outcome with the next workflow task", fused.attrs, err)
 		case errors.Is(err, store.ErrLeaseLost):
@@ -209,6 +214,7 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 	}
 	t.Events = nil
 	e.cache.put(t, x)
+	e.wakes.note(t.RunID, commit)
 	return next, nil
 }
 

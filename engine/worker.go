@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/timer"
 )
@@ -40,17 +38,21 @@ func (e *Engine) Run(ctx context.Context) error {
 
 	var tasks sync.WaitGroup // every task goroutine, polled or handed off
 	ps := &pools{wf: map[string]*workerPool[store.WorkflowTask]{}, act: map[string]*workerPool[store.ActivityTask]{}}
+	wakeSlots := 0
 	for queue, qo := range e.opts.Queues {
 		ps.wf[queue] = newWorkerPool(hard, &tasks, qo.WorkflowConcurrency, func(ctx context.Context, t store.WorkflowTask) *store.WorkflowTask {
 			e.processWorkflowTask(ctx, t)
 			return nil
 		})
 		ps.act[queue] = newWorkerPool(hard, &tasks, qo.ActivityConcurrency, e.runActivityTask)
+		wakeSlots += 2 * qo.WorkflowConcurrency
 	}
+	ps.wake = newWorkerPool(hard, &tasks, wakeSlots, e.runWake)
 	e.pools.Store(ps) // before the scanner, whose fires hand tasks to the pools
 
 	var wg sync.WaitGroup
-	scanner := timer.NewScanner(timerFirer{e}, timer.Options{
+	firer := &timerFirer{e: e}
+	scanner := timer.NewScanner(firer, timer.Options{
 		NowFunc: e.opts.NowFunc, PollInterval: e.opts.PollInterval, Logger: e.log,
 		ErrorFunc: func(err error, retryIn time.Duration) {
 			if err != nil {
@@ -62,14 +64,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		OnFire: func(f timer.Fired) {
 			e.announce(store.Ready{WorkflowQueues: f.Queues})
 			for _, t := range f.Timers {
-				e.metrics.timerLag.Observe(t.Lag.Seconds())
-				_, span := e.startSpan(ctx, t.TraceContext, "durable.timer_fire",
-					attribute.String("durable.run.id", t.RunID), attribute.Int64("durable.timer.seq", t.Seq),
-					attribute.Float64("durable.timer.lag_seconds", t.Lag.Seconds()))
-				span.End()
+				e.observeFire(ctx, t)
 			}
 		},
 	})
+	firer.rescan = scanner.Wake
 	tw := e.hub.wake("t:", func() bool { return true })
 	defer e.hub.unwake("t:", tw)
 	wg.Add(3)
@@ -145,6 +144,11 @@ func (e *Engine) Run(ctx context.Context) error {
 type pools struct {
 	wf  map[string]*workerPool[store.WorkflowTask]
 	act map[string]*workerPool[store.ActivityTask]
+	// wake runs the wakes of cached runs whose timers came due (see
+	// timerfire.go), beside the queues' workflow slots, as a fused step
+	// runs in its activity's slot: a burst of wakes must not wait behind,
+	// or crowd out, the tasks the queues' slots run.
+	wake *workerPool[wakeJob]
 }
 
 // workflowPool returns the running pool of the queue, or nil.

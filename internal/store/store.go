@@ -160,6 +160,9 @@ type FireTimersParams struct {
 	Lease   time.Duration
 	Claim   map[string]int
 	Types   []string
+	// Skip are runs whose timers this fire leaves alone: the firing engine
+	// is waking them itself (a fused step).
+	Skip []string
 }
 
 // WorkflowTask is a claimed workflow task.
@@ -245,26 +248,30 @@ type CommitWorkflowTaskParams struct {
 	// Close, if set, closes the run with this status.
 	Close *CloseRun
 	Now   time.Time
-	// Outcome, if set, records an activity's outcome in the same
-	// transaction (a fused step): the worker that ran the activity had the
-	// run in memory and ran its next workflow task at once. Events[0] is the
-	// outcome's event and ProcessedEventID its ID, which must be the run's
-	// next; there is no workflow task, so Token is unused. The commit
-	// returns ErrLeaseLost if the activity's claim no longer holds and
-	// ErrRunMoved if the run has other new events or is closed. Only two
-	// shapes may be fused (see Fusable).
+	// Outcome, if set, records an activity's outcome or a timer's firing in
+	// the same transaction (a fused step): the worker that ran the activity,
+	// or whose clock the timer came due on, had the run in memory and ran
+	// its next workflow task at once. Events[0] is the outcome's event and
+	// ProcessedEventID its ID, which must be the run's next; there is no
+	// workflow task, so Token is unused. The commit returns ErrLeaseLost if
+	// the activity's claim no longer holds and ErrRunMoved if the run has
+	// other new events (a timer that fired elsewhere is one) or is closed.
+	// Only two shapes may be fused (see Fusable).
 	Outcome *Outcome
 }
 
-// Outcome is the activity attempt whose outcome a commit records.
+// Outcome is what a fused step records before its commands: the outcome
+// of an activity attempt (TaskID and Attempt), or the firing of the run's
+// timer TimerSeq (TaskID 0).
 type Outcome struct {
-	TaskID  int64
-	Attempt int
+	TaskID   int64
+	Attempt  int
+	TimerSeq int64
 }
 
-// Fusable reports whether a commit's shape may carry an Outcome: a step
-// or a completion of a run that has no parent, children, timers or other
-// activities.
+// Fusable reports whether a commit's shape may carry an Outcome: events,
+// activities and timers (see IsFirst), or a completion of a run that has
+// no parent, children or other activities.
 func (p CommitWorkflowTaskParams) Fusable() bool {
 	if len(p.Events) == 0 { // the outcome is the first event
 		return false
@@ -272,7 +279,7 @@ func (p CommitWorkflowTaskParams) Fusable() bool {
 	if c := p.Close; c != nil && p.bare() {
 		return c.Status == StatusCompleted && p.ParentRunID == "" && len(p.Activities) == 0
 	}
-	return p.IsStep()
+	return p.IsFirst()
 }
 
 // IsStep reports whether a commit only appends events and schedules

@@ -37,7 +37,7 @@ RETURNING t.id, coalesce(t.run_id::text, ''),
 func (s *Store) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
 	tasks, err := queryIndexed(ctx, s, claimActivityTasksSQL, namedArgs{
 		"queue": in.Queue, "now": in.Now, "limit": in.Limit, "worker": in.WorkerID,
-		"any_type": in.Types == nil, "types": typesArg(in.Types),
+		"any_type": in.Types == nil, "types": arrayArg(in.Types),
 	}, func(row pgx.CollectableRow) (store.ActivityTask, error) {
 		var t store.ActivityTask
 		err := row.Scan(&t.ID, &t.RunID, &t.WorkflowID, &t.WorkflowQueue, &t.TraceContext, &t.Seq, &t.Activity, &t.Queue, &t.Input, &t.IdempotencyKey,

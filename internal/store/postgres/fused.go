@@ -9,20 +9,35 @@ import (
 	"github.com/durable-go/durable/internal/store"
 )
 
-// A fused step records an activity's outcome and the run's next workflow
-// task in one statement (CommitWorkflowTaskParams.Outcome). There is no
-// workflow task row to fence the write: the run's next event ID is the
-// fence, since every write that adds to a run's history moves it. The
-// statement locks the activity task (its claim's fence), then the run, the
-// order an outcome takes; if either fence fails it changes nothing and
-// says which.
+// A fused step records an activity's outcome, or a timer's firing, and the
+// run's next workflow task in one statement
+// (CommitWorkflowTaskParams.Outcome). There is no workflow task row to
+// fence the write: the run's next event ID is the fence, since every write
+// that adds to a run's history moves it (a timer fired by a scanner
+// appends its TimerFired). The statement locks the activity task (its
+// claim's fence), then the run, the order an outcome takes; a timer's step
+// locks the run, then the timer, the order a fire takes. If a fence fails
+// it changes nothing and says which.
 
-const fusedHeadSQL = `
+// The first lock of a fused step: the activity task (its claim's fence).
+// A timer's step reads its timer without a lock, and locks the run first,
+// the order a fire takes: the timer must still be there (a timer canceled
+// or fired meanwhile is gone), and whoever deleted it since this
+// statement's snapshot moved the run on, which the run's fence sees.
+const (
+	fusedActivityLockSQL = `
 WITH act AS (
     SELECT run_id FROM durable_activity_tasks
     WHERE id = @act_id AND attempt = @act_attempt AND run_id = @run_id
     FOR UPDATE
-), run AS (
+)`
+	fusedTimerLockSQL = `
+WITH act AS (
+    SELECT run_id FROM durable_timers WHERE run_id = @run_id AND seq = @fired_seq
+)`
+)
+
+const fusedRunSQL = `, run AS (
     UPDATE durable_runs r
     SET next_event_id = r.next_event_id + cardinality(@types::text[]),
         processed_event_id = @processed,
@@ -32,41 +47,79 @@ const fusedRunTailSQL = `
     FROM act
     WHERE r.run_id = @run_id AND r.run_id = act.run_id AND ` + runOpen + ` AND r.next_event_id = @processed`
 
-const fusedDoneSQL = `
-    RETURNING r.run_id, r.queue, r.next_event_id - cardinality(@types::text[]) AS first_id
+const fusedReturningSQL = `
+    RETURNING r.run_id, r.queue, r.next_event_id - cardinality(@types::text[]) AS first_id`
+
+// What a fused step consumes: the activity task, or the fired timer (every
+// timer of a run that closes).
+const (
+	fusedActivityDoneSQL = `
 ), done AS (
     DELETE FROM durable_activity_tasks a USING run WHERE a.id = @act_id
 `
+	fusedTimerDoneSQL = `
+), done AS (
+    DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id AND d.seq = @fired_seq
+`
+	fusedTimersDoneSQL = `
+), done AS (
+    DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id
+`
+)
 
-// fusedStepSQL: the outcome, the task's events and the activities it
-// schedules (claimed for the worker where asked).
-const fusedStepSQL = fusedHeadSQL + fusedRunTailSQL + fusedDoneSQL + commitEventsCTE + commitActivitiesCTE + `)
-SELECT (SELECT count(*) FROM act), (SELECT count(*) FROM run), (SELECT first_id FROM run),
-    (SELECT array_agg(DISTINCT queue) FROM acts WHERE run_after <= @now AND locked_by IS NULL),
-    (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until)) FROM acts WHERE locked_by IS NOT NULL)`
-
+// fusedStepSQL: the outcome, the task's events, the activities it
+// schedules (claimed for the worker where asked) and the timers it starts.
 // fusedCloseSQL: the outcome and the run's completion. The run must have
 // no other activity task (the engine fuses only a run that waits on
 // nothing else); if it has one, the run's fence fails and the close takes
 // the general statement, which deletes it in lock order. Its timers go.
-const fusedCloseSQL = fusedHeadSQL + `,
-        status = 'completed', result = @result::jsonb, closed_at = @now` + fusedRunTailSQL + `
-      AND NOT EXISTS (SELECT 1 FROM durable_activity_tasks o WHERE o.run_id = r.run_id AND o.id <> @act_id)` +
-	fusedDoneSQL + commitEventsCTE + `), ctm AS (
-    DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id
+// Each comes for an activity outcome [0] and for a timer [1].
+var fusedStepSQL, fusedCloseSQL [2]string
+
+func init() {
+	const stepTail = commitEventsCTE + commitActivitiesCTE + `), tmr AS (
+    INSERT INTO durable_timers (run_id, seq, queue, fire_at)
+    SELECT run.run_id, t.seq, run.queue, t.fire_at
+    FROM run, unnest(@timer_seq::bigint[], @timer_at::timestamptz[]) AS t(seq, fire_at)
+    RETURNING fire_at
 )
 SELECT (SELECT count(*) FROM act), (SELECT count(*) FROM run), (SELECT first_id FROM run),
-    NULL::text[], NULL::json`
+    (SELECT array_agg(DISTINCT queue) FROM acts WHERE run_after <= @now AND locked_by IS NULL),
+    (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until)) FROM acts WHERE locked_by IS NOT NULL),
+    (SELECT min(fire_at) FROM tmr)`
+	const closeRun = `,
+        status = 'completed', result = @result::jsonb, closed_at = @now`
+	const closeTail = `
+      AND NOT EXISTS (SELECT 1 FROM durable_activity_tasks o WHERE o.run_id = r.run_id AND o.id <> @act_id)`
+	const closeSelect = `)
+SELECT (SELECT count(*) FROM act), (SELECT count(*) FROM run), (SELECT first_id FROM run),
+    NULL::text[], NULL::json, NULL::timestamptz`
+	fusedStepSQL[0] = fusedActivityLockSQL + fusedRunSQL + fusedRunTailSQL + fusedReturningSQL + fusedActivityDoneSQL + stepTail
+	fusedStepSQL[1] = fusedTimerLockSQL + fusedRunSQL + fusedRunTailSQL + fusedReturningSQL + fusedTimerDoneSQL + stepTail
+	fusedCloseSQL[0] = fusedActivityLockSQL + fusedRunSQL + closeRun + fusedRunTailSQL + closeTail + fusedReturningSQL +
+		fusedActivityDoneSQL + commitEventsCTE + `), ctm AS (
+    DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id` + closeSelect
+	fusedCloseSQL[1] = fusedTimerLockSQL + fusedRunSQL + closeRun + fusedRunTailSQL + closeTail + fusedReturningSQL +
+		fusedTimersDoneSQL + commitEventsCTE + closeSelect
+}
 
 // commitFused runs a fused step. args are CommitWorkflowTask's.
 func (s *Store) commitFused(ctx context.Context, in store.CommitWorkflowTaskParams, args namedArgs, ready *store.Ready) ([]claimedActivity, error) {
 	if !in.Fusable() {
-		return nil, fmt.Errorf("commit workflow task of run %s: an activity outcome cannot be fused with this commit (timers, cancellations, children, continue-as-new or a close other than completion)", in.RunID)
+		return nil, fmt.Errorf("commit workflow task of run %s: an outcome cannot be fused with this commit (cancellations, children, continue-as-new or a close other than completion)", in.RunID)
 	}
-	args["act_id"], args["act_attempt"] = in.Outcome.TaskID, in.Outcome.Attempt
-	sql := fusedStepSQL
+	o := in.Outcome
+	kind := 0 // an activity's outcome
+	if o.TaskID == 0 {
+		if o.TimerSeq == 0 {
+			return nil, fmt.Errorf("commit workflow task of run %s: the fused outcome names neither an activity task nor a timer", in.RunID)
+		}
+		kind = 1
+	}
+	args["act_id"], args["act_attempt"], args["fired_seq"] = o.TaskID, o.Attempt, o.TimerSeq
+	sql := fusedStepSQL[kind]
 	if in.Close != nil {
-		sql = fusedCloseSQL
+		sql = fusedCloseSQL[kind]
 	}
 	var (
 		found, ok int
@@ -74,11 +127,15 @@ func (s *Store) commitFused(ctx context.Context, in store.CommitWorkflowTaskPara
 		claimed   []claimedActivity
 	)
 	err := s.queryRow(ctx, in.RunID, sql, args, func(row pgx.Row) error {
-		return row.Scan(&found, &ok, &first, &ready.ActivityQueues, &claimed)
+		return row.Scan(&found, &ok, &first, &ready.ActivityQueues, &claimed, &ready.TimerAt)
 	})
 	switch {
+	case err != nil && kind == 1:
+		return nil, fmt.Errorf("commit workflow task of run %s with the firing of timer %d: %w", in.RunID, o.TimerSeq, translate(err))
 	case err != nil:
-		return nil, fmt.Errorf("commit workflow task of run %s with the outcome of activity task %d: %w", in.RunID, in.Outcome.TaskID, translate(err))
+		return nil, fmt.Errorf("commit workflow task of run %s with the outcome of activity task %d: %w", in.RunID, o.TaskID, translate(err))
+	case found == 0 && kind == 1:
+		return nil, store.ErrRunMoved // the timer is gone
 	case found == 0:
 		return nil, store.ErrLeaseLost
 	case ok == 0:

@@ -45,7 +45,7 @@ func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([
 		"worker":   in.WorkerID,
 		"until":    in.Now.Add(in.Lease),
 		"any_type": in.Types == nil,
-		"types":    typesArg(in.Types),
+		"types":    arrayArg(in.Types),
 	}, func(row pgx.CollectableRow) (store.WorkflowTask, error) {
 		var t store.WorkflowTask
 		err := row.Scan(&t.RunID, &t.WorkflowID, &t.WorkflowType, &t.Queue, &t.Token, &t.ProcessedEventID, &t.Attempts, &t.TraceContext, &t.ParentRunID)
@@ -409,10 +409,10 @@ type claimedActivity struct {
 	Until time.Time `json:"until"`
 }
 
-// typesArg passes a type filter; nil (no filter) becomes an empty array.
-func typesArg(types []string) []string {
-	if types == nil {
+// arrayArg passes a list of names or IDs; nil becomes an empty array.
+func arrayArg(list []string) []string {
+	if list == nil {
 		return []string{}
 	}
-	return types
+	return list
 }

@@ -19,7 +19,7 @@ import (
 const fireTimersSQL = `
 WITH due AS (
     SELECT run_id, seq FROM durable_timers
-    WHERE fire_at <= @now
+    WHERE fire_at <= @now AND run_id <> ALL(@skip::uuid[])
     ORDER BY fire_at
     LIMIT @limit
 ), locked AS (
@@ -112,7 +112,7 @@ func (s *Store) FireTimersClaiming(ctx context.Context, in store.FireTimersParam
 	}
 	args := namedArgs{
 		"now": in.Now, "limit": in.Limit, "claim_as": in.ClaimAs, "until": in.Now.Add(in.Lease),
-		"claim_queues": queues, "claim_limits": limits, "types": typesArg(in.Types),
+		"claim_queues": queues, "claim_limits": limits, "types": arrayArg(in.Types), "skip": arrayArg(in.Skip),
 	}
 	_, err := queryIndexed(ctx, s, fireTimersSQL, args, func(row pgx.CollectableRow) (struct{}, error) {
 		return struct{}{}, row.Scan(&f.Count, &f.Queues, &fired, &claimed)
@@ -139,8 +139,14 @@ func (s *Store) FireTimersClaiming(ctx context.Context, in store.FireTimersParam
 
 // NextTimer implements timer.Store.
 func (s *Store) NextTimer(ctx context.Context) (time.Time, bool, error) {
+	return s.NextTimerSkipping(ctx, nil)
+}
+
+// NextTimerSkipping is NextTimer without the timers of the runs in skip.
+func (s *Store) NextTimerSkipping(ctx context.Context, skip []string) (time.Time, bool, error) {
 	var t *time.Time
-	if err := s.db.QueryRow(ctx, `SELECT min(fire_at) FROM durable_timers`).Scan(&t); err != nil {
+	err := s.db.QueryRow(ctx, `SELECT min(fire_at) FROM durable_timers WHERE run_id <> ALL($1::uuid[])`, arrayArg(skip)).Scan(&t)
+	if err != nil {
 		return time.Time{}, false, fmt.Errorf("next timer: %w", err)
 	}
 	if t == nil {

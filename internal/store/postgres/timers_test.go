@@ -164,3 +164,104 @@ func TestFirstTaskStartsItsTimers(t *testing.T) {
 	}
 	require.Equal(t, []string{"workflow_started", "timer_started", "timer_fired"}, types)
 }
+
+// fusedWake is a commit that records the firing of timer 1 of a run that
+// slept with nothing else new (event 3), then cmds.
+func fusedWake(runID string, now time.Time, cmds ...history.Attributes) store.CommitWorkflowTaskParams {
+	return store.CommitWorkflowTaskParams{
+		RunID: runID, WorkflowQueue: "q", ProcessedEventID: 3, Now: now,
+		Events:  append([]history.Attributes{history.TimerFired{Seq: 1}}, cmds...),
+		Outcome: &store.Outcome{TimerSeq: 1},
+	}
+}
+
+// A run cached where its timer comes due wakes in one statement: the
+// timer goes, its TimerFired and the run's next commands (another timer
+// here) are appended, and no workflow task is made.
+func TestFusedWakeRecordsTheFiringAndTheCommands(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := postgres.New(pgtest.Pool(t))
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	due, due2 := base.Add(time.Second), base.Add(2*time.Second)
+	runID := sleepingRun(t, s, "Mine", "q", base, due)
+
+	commit := fusedWake(runID, due, history.TimerStarted{Seq: 2, FireAt: due2})
+	commit.Timers = []store.NewTimer{{Seq: 2, FireAt: due2}}
+	wrong := commit
+	wrong.Outcome = &store.Outcome{TimerSeq: 9}
+	_, err := s.CommitWorkflowTask(ctx, wrong)
+	require.ErrorIs(t, err, store.ErrRunMoved, "the run has no timer 9")
+	ready, err := s.CommitWorkflowTask(ctx, commit)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, ready.FirstEventID)
+	require.NotNil(t, ready.TimerAt)
+	require.True(t, due2.Equal(*ready.TimerAt))
+	fired, err := s.FireTimers(ctx, due, 10)
+	require.NoError(t, err)
+	require.Zero(t, fired.Count, "timer 1 is consumed")
+	tasks, err := s.ClaimWorkflowTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 10, Now: due, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, tasks, "a fused wake leaves no workflow task")
+
+	// The last wake closes the run.
+	fired, err = s.FireTimers(ctx, due2, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, fired.Count, "timer 2 is pending")
+	events, err := s.ListEvents(ctx, runID, 0)
+	require.NoError(t, err)
+	var types []string
+	for _, ev := range events {
+		types = append(types, ev.Type())
+	}
+	require.Equal(t, []string{"workflow_started", "timer_started", "timer_fired", "timer_started", "timer_fired"}, types)
+}
+
+// A timer a scanner fired first moved the run: the fused wake changes
+// nothing and says so, and the run wakes from its workflow task.
+func TestFusedWakeRefusedWhenTheTimerFiredElsewhere(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := postgres.New(pgtest.Pool(t))
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	due := base.Add(time.Second)
+	runID := sleepingRun(t, s, "Mine", "q", base, due)
+	fired, err := s.FireTimers(ctx, due, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, fired.Count)
+
+	commit := fusedWake(runID, due, history.WorkflowCompleted{Result: json.RawMessage(`0`)})
+	commit.Close = &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`0`)}
+	_, err = s.CommitWorkflowTask(ctx, commit)
+	require.ErrorIs(t, err, store.ErrRunMoved)
+	run, err := s.GetRun(ctx, runID)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusRunning, run.Status)
+	require.EqualValues(t, 3, run.LastEventID, "only the scanner's TimerFired")
+	tasks, err := s.ClaimWorkflowTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 10, Now: due, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, tasks, 1, "the fire's workflow task is there to run")
+}
+
+// A fused wake that completes the run closes it and removes its timers.
+func TestFusedWakeCompletesTheRun(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := postgres.New(pgtest.Pool(t))
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	due := base.Add(time.Second)
+	runID := sleepingRun(t, s, "Mine", "q", base, due)
+
+	commit := fusedWake(runID, due, history.WorkflowCompleted{Result: json.RawMessage(`7`)})
+	commit.Close = &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`7`)}
+	ready, err := s.CommitWorkflowTask(ctx, commit)
+	require.NoError(t, err)
+	require.Equal(t, runID, ready.ClosedRun)
+	run, err := s.GetRun(ctx, runID)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusCompleted, run.Status)
+	require.JSONEq(t, `7`, string(run.Result))
+	fired, err := s.FireTimers(ctx, due.Add(time.Hour), 10)
+	require.NoError(t, err)
+	require.Zero(t, fired.Count, "no timer left")
+}

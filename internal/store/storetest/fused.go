@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/history"
@@ -113,11 +114,25 @@ func testFusedCloseRefusedWhileOtherActivitiesPend(t *testing.T, b *bundle) {
 func testFusedCommitRejectsOtherShapes(t *testing.T, b *bundle) {
 	run := b.runWithActivities(t, "order-1", 1, 0)
 	act := b.claimOneActivity(t, b.now)
-	commit := fusedStep(run, act, 3, b.now, history.TimerStarted{Seq: 2, FireAt: b.now.Add(time.Hour)})
-	commit.Timers = []store.NewTimer{{Seq: 2, FireAt: b.now.Add(time.Hour)}}
+	commit := fusedStep(run, act, 3, b.now, history.ChildWorkflowScheduled{Seq: 2, WorkflowID: "child", WorkflowType: "Child"})
+	commit.Children = []store.NewChild{{Seq: 2, RunID: uuid.NewString(), WorkflowID: "child", WorkflowType: "Child", Queue: wfQueue, Input: json.RawMessage(`1`)}}
 
 	err := b.commit(commit)
 	require.Error(t, err)
 	require.False(t, errors.Is(err, store.ErrRunMoved) || errors.Is(err, store.ErrLeaseLost), "a caller's mistake, not a race: %v", err)
 	require.Len(t, b.events(t, run.RunID), 2, "nothing appended")
+}
+
+func testFusedStepStartsTimers(t *testing.T, b *bundle) {
+	run := b.runWithActivities(t, "order-1", 1, 0)
+	act := b.claimOneActivity(t, b.now)
+	fireAt := b.now.Add(time.Hour)
+	commit := fusedStep(run, act, 3, b.now, history.TimerStarted{Seq: 2, FireAt: fireAt})
+	commit.Timers = []store.NewTimer{{Seq: 2, FireAt: fireAt}}
+
+	ready, err := b.s.CommitWorkflowTask(b.ctx, commit)
+	require.NoError(t, err)
+	require.NotNil(t, ready.TimerAt, "the scanner is told of the timer")
+	requireTime(t, fireAt, *ready.TimerAt, "the timer's fire time")
+	require.Equal(t, []string{"workflow_started", "activity_scheduled", "activity_completed", "timer_started"}, eventTypes(b.events(t, run.RunID)))
 }

@@ -89,6 +89,7 @@ var cases = []struct {
 	{"FusedCloseCompletesRun", testFusedCloseCompletesRun},
 	{"FusedCloseRefusedWhileOtherActivitiesPend", testFusedCloseRefusedWhileOtherActivitiesPend},
 	{"FusedCommitRejectsOtherShapes", testFusedCommitRejectsOtherShapes},
+	{"FusedStepStartsTimers", testFusedStepStartsTimers},
 }
 
 // The fixtures' defaults.
