@@ -47,9 +47,10 @@
 // then run it. An engine that runs the workflow's type on its queue starts
 // eagerly: Start runs the run's first workflow task in the calling
 // goroutine, before the insert, and records the run together with the
-// activities that task scheduled, which start on this engine's free slots
-// at once. A first task that starts timers or children, closes the run or
-// fails leaves the run to start the ordinary way. It is idempotent by workflow ID ([StartOptions].ID): while a
+// activities and timers that task scheduled; the activities start on this
+// engine's free slots at once. A first task that starts children, closes the
+// run or fails leaves the run to start the ordinary way. It is idempotent
+// by workflow ID ([StartOptions].ID): while a
 // run with the ID is open, Start returns that run, with Run.Existing set,
 // and ignores the new input; with [StartOptions].RejectIfRunning it returns
 // [ErrAlreadyRunning] instead. Once the run has closed, the same ID starts a
@@ -65,9 +66,11 @@
 // [Engine.Run] blocks until its context is done. For each queue in
 // [Options].Queues it runs up to WorkflowConcurrency workflow tasks and
 // ActivityConcurrency activities at once (a fused step, below, runs in its
-// activity's slot), and it runs the timer scanner
-// (package timer). Idle workers wait for a notification, or for the backstop
-// poll every [Options].PollInterval; nothing polls in a tight loop.
+// activity's slot; a cached run's wake, in slots of its own, up to twice the
+// workflow slots), and it runs the timer scanner (package timer), whose fires
+// hand the tasks they make to this engine's free slots. Idle workers wait
+// for a notification, or for the backstop poll every [Options].PollInterval;
+// nothing polls in a tight loop.
 //
 // When the context is done, Run stops claiming work, lets running tasks
 // finish for up to [Options].ShutdownTimeout, then cancels the activities
@@ -102,8 +105,12 @@
 // else reached the run meanwhile (a signal, a timer, another engine), the
 // commit changes nothing and the step is taken the ordinary way; what the
 // workflow logged in the refused attempt is dropped. Steps that start
-// timers, children or continue-as-new record the outcome first and then
-// commit the commands the run already produced.
+// children, cancel timers or continue as new record the outcome first and
+// then commit the commands the run already produced. A cached run's short
+// timer (under 30 seconds) is fired by its engine the same way: the run
+// applies the firing, runs, and the firing and its commands are one
+// transaction; if another engine fired the timer first, the run goes on
+// from there.
 //
 // Each engine keeps the code of up to [Options].CacheSize live runs in
 // memory (least recently used first out), so a step costs the new events, not

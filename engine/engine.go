@@ -93,7 +93,8 @@ type Options struct {
 type QueueOptions struct {
 	// WorkflowConcurrency is how many workflow tasks run at once. Default 32.
 	// A fused step (see the package documentation) runs in the slot of the
-	// activity that finished, not in one of these.
+	// activity that finished, and a cached run woken by its timer in a wake
+	// slot (twice WorkflowConcurrency of them), not in one of these.
 	WorkflowConcurrency int
 	// ActivityConcurrency is how many activities run at once. Default 32.
 	ActivityConcurrency int
