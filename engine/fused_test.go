@@ -170,6 +170,18 @@ func fusedEngine(t *testing.T, sc *stepCounter, log *syncbuf.Buffer, set ...func
 	return e
 }
 
+// runToEnd starts wf with n, waits for its result, which must be want, and
+// returns the run.
+func runToEnd(ctx context.Context, t *testing.T, e *Engine, wf func(workflow.Context, int) (int, error), n, want int) *Run[int] {
+	t.Helper()
+	r, err := Start(ctx, e, wf, n, StartOptions{})
+	require.NoError(t, err)
+	got, err := r.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	return r
+}
+
 // A run started by an engine that runs it is inserted with its first
 // task's commands, and then, in the cache of the engine that ran its
 // activity, takes each step in one write: the outcome and the next workflow
@@ -180,14 +192,7 @@ func TestCachedStepsAreFused(t *testing.T) {
 	e := fusedEngine(t, sc, &syncbuf.Buffer{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	run := func(n int) *Run[int] {
-		r, err := Start(ctx, e, threeIncrs, n, StartOptions{})
-		require.NoError(t, err)
-		got, err := r.Result(ctx)
-		require.NoError(t, err)
-		require.Equal(t, n+3, got)
-		return r
-	}
+	run := func(n int) *Run[int] { return runToEnd(ctx, t, e, threeIncrs, n, n+3) }
 	// The first run may start before Run serves the queue: its first task
 	// is then claimed, and read from history.
 	run(0)
@@ -287,14 +292,7 @@ func TestFiredTimerWakesTheCachedRun(t *testing.T) {
 	e := fusedEngine(t, sc, &syncbuf.Buffer{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	run := func(n int) *Run[int] {
-		r, err := Start(ctx, e, napTwice, n, StartOptions{})
-		require.NoError(t, err)
-		got, err := r.Result(ctx)
-		require.NoError(t, err)
-		require.Equal(t, n, got)
-		return r
-	}
+	run := func(n int) *Run[int] { return runToEnd(ctx, t, e, napTwice, n, n) }
 	run(0) // may start before Run serves the queue
 	sc.mu.Lock()
 	woken0, claimed0, reads0, eager0, fused0 := sc.woken, sc.claimed, sc.reads, sc.eager, sc.fused

@@ -165,6 +165,23 @@ func TestFirstTaskStartsItsTimers(t *testing.T) {
 	require.Equal(t, []string{"workflow_started", "timer_started", "timer_fired"}, types)
 }
 
+// sleeper returns a store and a run of type Mine on queue q sleeping on timer
+// 1 until due.
+func sleeper(t *testing.T) (s *postgres.Store, runID string, due time.Time) {
+	t.Helper()
+	s = postgres.New(pgtest.Pool(t))
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	due = base.Add(time.Second)
+	return s, sleepingRun(t, s, "Mine", "q", base, due), due
+}
+
+// fusedWakeCloses is fusedWake completing the run with result.
+func fusedWakeCloses(runID string, now time.Time, result string) store.CommitWorkflowTaskParams {
+	commit := fusedWake(runID, now, history.WorkflowCompleted{Result: json.RawMessage(result)})
+	commit.Close = &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(result)}
+	return commit
+}
+
 // fusedWake is a commit that records the firing of timer 1 of a run that
 // slept with nothing else new (event 3), then cmds.
 func fusedWake(runID string, now time.Time, cmds ...history.Attributes) store.CommitWorkflowTaskParams {
@@ -181,10 +198,8 @@ func fusedWake(runID string, now time.Time, cmds ...history.Attributes) store.Co
 func TestFusedWakeRecordsTheFiringAndTheCommands(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := postgres.New(pgtest.Pool(t))
-	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	due, due2 := base.Add(time.Second), base.Add(2*time.Second)
-	runID := sleepingRun(t, s, "Mine", "q", base, due)
+	s, runID, due := sleeper(t)
+	due2 := due.Add(time.Second)
 
 	commit := fusedWake(runID, due, history.TimerStarted{Seq: 2, FireAt: due2})
 	commit.Timers = []store.NewTimer{{Seq: 2, FireAt: due2}}
@@ -222,17 +237,12 @@ func TestFusedWakeRecordsTheFiringAndTheCommands(t *testing.T) {
 func TestFusedWakeRefusedWhenTheTimerFiredElsewhere(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := postgres.New(pgtest.Pool(t))
-	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	due := base.Add(time.Second)
-	runID := sleepingRun(t, s, "Mine", "q", base, due)
+	s, runID, due := sleeper(t)
 	fired, err := s.FireTimers(ctx, due, 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, fired.Count)
 
-	commit := fusedWake(runID, due, history.WorkflowCompleted{Result: json.RawMessage(`0`)})
-	commit.Close = &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`0`)}
-	_, err = s.CommitWorkflowTask(ctx, commit)
+	_, err = s.CommitWorkflowTask(ctx, fusedWakeCloses(runID, due, `0`))
 	require.ErrorIs(t, err, store.ErrRunMoved)
 	run, err := s.GetRun(ctx, runID)
 	require.NoError(t, err)
@@ -247,14 +257,9 @@ func TestFusedWakeRefusedWhenTheTimerFiredElsewhere(t *testing.T) {
 func TestFusedWakeCompletesTheRun(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := postgres.New(pgtest.Pool(t))
-	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	due := base.Add(time.Second)
-	runID := sleepingRun(t, s, "Mine", "q", base, due)
+	s, runID, due := sleeper(t)
 
-	commit := fusedWake(runID, due, history.WorkflowCompleted{Result: json.RawMessage(`7`)})
-	commit.Close = &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`7`)}
-	ready, err := s.CommitWorkflowTask(ctx, commit)
+	ready, err := s.CommitWorkflowTask(ctx, fusedWakeCloses(runID, due, `7`))
 	require.NoError(t, err)
 	require.Equal(t, runID, ready.ClosedRun)
 	run, err := s.GetRun(ctx, runID)
