@@ -136,6 +136,16 @@ func napLong(ctx workflow.Context, n int) (int, error) {
 	return n, workflow.Sleep(ctx, 24*time.Hour)
 }
 
+// napBoth waits on two timers that come due together.
+func napBoth(ctx workflow.Context, n int) (int, error) {
+	a, b := workflow.NewTimer(ctx, 20*time.Millisecond), workflow.NewTimer(ctx, 20*time.Millisecond)
+	if _, err := a.Get(ctx); err != nil {
+		return 0, err
+	}
+	_, err := b.Get(ctx)
+	return n, err
+}
+
 // napTwice sleeps twice.
 func napTwice(ctx workflow.Context, n int) (int, error) {
 	for range 2 {
@@ -159,7 +169,7 @@ func fusedEngine(t *testing.T, sc *stepCounter, log *syncbuf.Buffer, set ...func
 	}
 	e, err := New(pgtest.Pool(t), opts)
 	require.NoError(t, err)
-	for _, wf := range []func(workflow.Context, int) (int, error){threeIncrs, incrWaitIncr, incrWithDeadline, napTwice, napLong} {
+	for _, wf := range []func(workflow.Context, int) (int, error){threeIncrs, incrWaitIncr, incrWithDeadline, napTwice, napLong, napBoth} {
 		require.NoError(t, RegisterWorkflow(e, wf, WorkflowOptions{}))
 	}
 	require.NoError(t, RegisterActivity(e, incr, activity.Options{}))
@@ -349,4 +359,26 @@ func TestFiredTimerHandsTheTaskToItsEngine(t *testing.T) {
 	defer sc.mu.Unlock()
 	require.Equal(t, woken0+1, sc.woken, "the fire handed the task over (claimed %d -> %d)", claimed0, sc.claimed)
 	require.Equal(t, claimed0, sc.claimed, "no claim")
+}
+
+// Two timers of a cached run that come due together wake it twice, one
+// after the other, each in one fused write.
+func TestTimersDueTogetherWakeTheCachedRunInTurn(t *testing.T) {
+	t.Parallel()
+	sc := &stepCounter{}
+	e := fusedEngine(t, sc, &syncbuf.Buffer{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	runToEnd(ctx, t, e, napBoth, 0, 0) // may start before Run serves the queue
+	sc.mu.Lock()
+	woken0, claimed0, fused0 := sc.woken, sc.claimed, sc.fused
+	sc.mu.Unlock()
+	r := runToEnd(ctx, t, e, napBoth, 1, 1)
+	sc.mu.Lock()
+	woken, claimed, fused := sc.woken, sc.claimed, sc.fused
+	sc.mu.Unlock()
+	require.Equal(t, fused0+2, fused, "a wake per timer, the second with the close")
+	require.Equal(t, woken0, woken, "no fire handed the run over")
+	require.Equal(t, claimed0, claimed, "no claim")
+	require.NoError(t, e.ReplayRun(ctx, r.WorkflowID))
 }

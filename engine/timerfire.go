@@ -35,11 +35,12 @@ import (
 
 // wakeups are the soon-due timers of runs this engine has cached, earliest
 // first, and the runs being woken now, whose timers the scanner leaves
-// alone.
+// alone, each with the timers of the run that came due meanwhile.
 type wakeups struct {
 	mu       sync.Mutex
 	due      wakeHeap
-	inflight map[string]int
+	noted    map[string]int // timers in due, by run
+	inflight map[string][]wakeup
 }
 
 type wakeup struct {
@@ -63,12 +64,28 @@ func (h *wakeHeap) Pop() any {
 
 // note records the soon-due timers a commit of run runID started.
 func (w *wakeups) note(runID string, commit store.CommitWorkflowTaskParams) {
+	var ws []wakeup
 	for _, tm := range commit.Timers {
 		if tm.FireAt.Sub(commit.Now) < shortSleep {
-			w.mu.Lock()
-			heap.Push(&w.due, wakeup{runID: runID, seq: tm.Seq, at: tm.FireAt})
-			w.mu.Unlock()
+			ws = append(ws, wakeup{runID: runID, seq: tm.Seq, at: tm.FireAt})
 		}
+	}
+	w.push(ws)
+}
+
+// push adds timers to wake.
+func (w *wakeups) push(ws []wakeup) {
+	if len(ws) == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.noted == nil {
+		w.noted = map[string]int{}
+	}
+	for _, x := range ws {
+		heap.Push(&w.due, x)
+		w.noted[x.runID]++
 	}
 }
 
@@ -78,27 +95,53 @@ func (w *wakeups) popDue(now time.Time) []wakeup {
 	defer w.mu.Unlock()
 	var due []wakeup
 	for len(w.due) > 0 && !w.due[0].at.After(now) {
-		due = append(due, heap.Pop(&w.due).(wakeup))
+		x := heap.Pop(&w.due).(wakeup)
+		if w.noted[x.runID]--; w.noted[x.runID] <= 0 {
+			delete(w.noted, x.runID)
+		}
+		due = append(due, x)
 	}
 	return due
 }
 
-// begin and end bracket a wake of run runID; waking lists the runs in one.
+// pending reports whether a timer of run runID is to be woken here: the run
+// is worth keeping in the cache.
+func (w *wakeups) pending(runID string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.noted[runID] > 0 || w.inflight[runID] != nil // noted, or held for after its wake
+}
+
+// begin and end bracket the wake of run runID (one at a time: the wake has
+// the run out of the cache); end returns the run's timers that came due
+// meanwhile (see hold). waking lists the runs being woken.
 func (w *wakeups) begin(runID string) {
 	w.mu.Lock()
 	if w.inflight == nil {
-		w.inflight = map[string]int{}
+		w.inflight = map[string][]wakeup{}
 	}
-	w.inflight[runID]++
+	w.inflight[runID] = nil
 	w.mu.Unlock()
 }
 
-func (w *wakeups) end(runID string) {
+func (w *wakeups) end(runID string) []wakeup {
 	w.mu.Lock()
-	if w.inflight[runID]--; w.inflight[runID] <= 0 {
-		delete(w.inflight, runID)
+	defer w.mu.Unlock()
+	later := w.inflight[runID]
+	delete(w.inflight, runID)
+	return later
+}
+
+// hold keeps x, a timer of a run being woken, for after that wake, and
+// reports whether it did; a run not being woken is the scanner's.
+func (w *wakeups) hold(x wakeup) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	later, ok := w.inflight[x.runID]
+	if ok {
+		w.inflight[x.runID] = append(later, x)
 	}
-	w.mu.Unlock()
+	return ok
 }
 
 func (w *wakeups) waking() []string {
@@ -172,6 +215,11 @@ func (f *timerFirer) wake(ctx context.Context, w wakeup, now time.Time) {
 	}
 	x, t := e.cache.take(w.runID)
 	if x == nil {
+		e.wakes.hold(w) // the run may be out for its wake of another timer
+		return
+	}
+	if !x.TimerPending(w.seq) { // canceled (a deadline met), or fired elsewhere and applied
+		e.cache.put(t, x)
 		return
 	}
 	if !ps.wake.tryAcquire() {
@@ -194,12 +242,14 @@ type wakeJob struct {
 
 func (e *Engine) runWake(ctx context.Context, j wakeJob) *wakeJob {
 	woke := e.wakeCached(ctx, j.x, j.task, j.w.seq)
-	e.wakes.end(j.w.runID)
-	if !woke {
-		j.rescan() // the timer is the scanner's again
-		return nil
+	later := e.wakes.end(j.w.runID)
+	if woke {
+		e.observeFire(j.ctx, timer.FiredTimer{RunID: j.w.runID, Seq: j.w.seq, Lag: j.lag, TraceContext: j.task.TraceContext})
+		e.wakes.push(later) // the run is back in the cache for them
 	}
-	e.observeFire(j.ctx, timer.FiredTimer{RunID: j.w.runID, Seq: j.w.seq, Lag: j.lag, TraceContext: j.task.TraceContext})
+	if !woke || len(later) > 0 {
+		j.rescan() // the timers are due, the scanner's or ours again
+	}
 	return nil
 }
 

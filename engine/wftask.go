@@ -206,9 +206,11 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 			return next, nil
 		}
 	}
-	if commit.Close != nil || (x.OnlyTimers() && !wakesSoon(commit)) {
+	if commit.Close != nil || (x.OnlyTimers() && !wakesSoon(commit) && !e.wakes.pending(t.RunID)) {
 		// A closed run is done; a run that only sleeps holds nothing in
-		// memory while it waits, and is rebuilt by replay when it wakes.
+		// memory while it waits, and is rebuilt by replay when it wakes,
+		// unless a timer of it fires soon (this commit's, or one noted
+		// before).
 		x.Close()
 		return next, nil
 	}

@@ -115,6 +115,13 @@ func (x *executor) OnlyTimers() bool {
 	return true
 }
 
+// TimerPending reports whether timer seq was started and has neither fired
+// nor been canceled.
+func (x *executor) TimerPending(seq int64) bool {
+	f, ok := x.futures[seq]
+	return ok && f.name == "timer" && !x.terminated
+}
+
 func (x *executor) Close() { x.d.close() }
 
 func (x *executor) TakeCommands() []history.Attributes {

@@ -70,6 +70,9 @@ type Executor interface {
 	// Pending describes what the run waits for: open activities, timers,
 	// children, and signals not yet taken.
 	Pending() []string
+	// TimerPending reports whether timer seq was started and has neither
+	// fired nor been canceled.
+	TimerPending(seq int64) bool
 	// Query answers a query from the state the run has reached, without
 	// changing it.
 	Query(name string) (json.RawMessage, error)
