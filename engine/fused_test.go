@@ -27,6 +27,7 @@ type stepCounter struct {
 	mu                                            sync.Mutex
 	fused, refused, resolves, reads, eager, woken int
 	claimed                                       int // workflow tasks claimed from the queue
+	runReads                                      int // GetRun calls
 	beforeFused                                   func(ctx context.Context, s storage, in store.CommitWorkflowTaskParams)
 }
 
@@ -85,6 +86,13 @@ func (s *stepCounter) ClaimWorkflowTasks(ctx context.Context, in store.ClaimPara
 	s.claimed += len(tasks)
 	s.mu.Unlock()
 	return tasks, err
+}
+
+func (s *stepCounter) GetRun(ctx context.Context, runID string) (store.Run, error) {
+	s.mu.Lock()
+	s.runReads++
+	s.mu.Unlock()
+	return s.storage.GetRun(ctx, runID)
 }
 
 func (s *stepCounter) counts() (fused, refused, resolves, reads int) {
@@ -210,9 +218,13 @@ func TestCachedStepsAreFused(t *testing.T) {
 	sc.mu.Lock()
 	eager0 := sc.eager
 	sc.mu.Unlock()
+	sc.mu.Lock()
+	runReads0 := sc.runReads
+	sc.mu.Unlock()
 	r := run(10)
 	sc.mu.Lock()
 	require.Equal(t, eager0+1, sc.eager, "the start carried the first task's commands")
+	require.Equal(t, runReads0, sc.runReads, "Result learned the result in-process, watching since the start")
 	sc.mu.Unlock()
 
 	fused, refused, resolves, reads := sc.counts()

@@ -172,11 +172,28 @@ type runSub struct {
 	c     chan struct{}
 	// closed receives how the run closed, when it closed in this process.
 	closed chan *store.CloseRun
+	// ref is whether the subscription holds the hub running (see hold).
+	ref bool
 }
 
 // subscribeRun returns a subscription whose channel receives a value when
-// the run closes (or when notifications may have been lost).
+// the run closes (or when notifications may have been lost). It keeps the
+// hub, and so the LISTEN, running until it is closed.
 func (h *hub) subscribeRun(_ context.Context, runID string) *runSub {
+	s := h.watchRun(runID)
+	s.hold()
+	return s
+}
+
+// hold makes a subscription from watchRun keep the hub running.
+func (s *runSub) hold() {
+	s.h.acquire()
+	s.ref = true
+}
+
+// watchRun is subscribeRun without keeping the hub running: for a run
+// started by a running engine, whose hub runs anyway (Run holds it).
+func (h *hub) watchRun(runID string) *runSub {
 	s := &runSub{h: h, runID: runID, c: make(chan struct{}, 1), closed: make(chan *store.CloseRun, 1)}
 	h.mu.Lock()
 	if h.waiters[runID] == nil {
@@ -188,7 +205,6 @@ func (h *hub) subscribeRun(_ context.Context, runID string) *runSub {
 	}
 	h.closes[runID][s.closed] = struct{}{}
 	h.mu.Unlock()
-	h.acquire()
 	return s
 }
 
@@ -203,7 +219,9 @@ func (s *runSub) close() {
 		delete(s.h.closes, s.runID)
 	}
 	s.h.mu.Unlock()
-	s.h.release()
+	if s.ref {
+		s.h.release()
+	}
 }
 
 // deliverClose hands how a run closed to its waiters in this process, so

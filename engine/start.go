@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -58,6 +59,24 @@ type Run[Out any] struct {
 	// Existing is true when Start found this run already open.
 	Existing bool
 	e        *Engine
+	// early watches for the close of a run this process just started on a
+	// running engine, from before its insert, for a short while (see
+	// watchEarly): Result called meanwhile need not read the run first.
+	early atomic.Pointer[runSub]
+}
+
+// earlyWatch is how long a run started here is watched for Result.
+const earlyWatch = 2 * time.Second
+
+// watchEarly keeps sub, subscribed before the run's insert, for Result, and
+// drops it after earlyWatch if Result has not taken it.
+func (r *Run[Out]) watchEarly(sub *runSub) {
+	r.early.Store(sub)
+	time.AfterFunc(earlyWatch, func() {
+		if s := r.early.Swap(nil); s != nil {
+			s.close()
+		}
+	})
 }
 
 // Start starts a run of the workflow wf with input in, or returns the open run
@@ -143,7 +162,19 @@ func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any
 			}
 		}
 	}
+	// A run started here on a running engine is watched from before its
+	// insert: any close (announced here, or by NOTIFY) reaches the watch,
+	// so Result, if called soon, need not read the run to learn whether it
+	// closed meanwhile.
+	var early *runSub
+	if !inTx && e.running.Load() {
+		early = e.hub.watchRun(runID)
+	}
 	r, err := s.CreateRun(ctx, params)
+	if early != nil && err != nil { // not started here (the ID is taken), or not at all
+		early.close()
+		early = nil
+	}
 	if eager != nil {
 		eager(r, err)
 	}
@@ -165,7 +196,11 @@ func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any
 	if !existing && !inTx && p == nil && eager == nil && e.hub.active() {
 		e.hub.publish("w:" + queue)
 	}
-	return &Run[Out]{WorkflowID: r.WorkflowID, RunID: r.RunID, Existing: existing, e: e}, nil
+	h := &Run[Out]{WorkflowID: r.WorkflowID, RunID: r.RunID, Existing: existing, e: e}
+	if early != nil {
+		h.watchEarly(early)
+	}
+	return h, nil
 }
 
 // GetRun returns a handle on the newest run of workflowID.
@@ -210,7 +245,17 @@ const resultRetryMin = 50 * time.Millisecond
 func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 	var out Out
 	runID := r.RunID
-	sub := r.e.hub.subscribeRun(ctx, runID)
+	// A run this process just started has been watched since before its
+	// insert: it was running then, and any close since is in the watch.
+	sub := r.early.Swap(nil)
+	watched := sub != nil
+	if watched {
+		sub.hold() // the LISTEN runs while Result waits, whatever Run does
+		// If Run stopped meanwhile, the LISTEN may have too: read first.
+		watched = r.e.running.Load()
+	} else {
+		sub = r.e.hub.subscribeRun(ctx, runID)
+	}
 	defer func() { sub.close() }()
 	backoff := resultRetryMin
 	// waitOut waits before asking again after err, if err is the database
@@ -227,7 +272,12 @@ func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 		return true, nil
 	}
 	for {
-		run, err := r.e.store.GetRun(ctx, runID)
+		run, err := store.Run{RunID: runID, Status: store.StatusRunning}, error(nil)
+		if watched {
+			watched = false
+		} else {
+			run, err = r.e.store.GetRun(ctx, runID)
+		}
 		if again, cerr := waitOut(err); again {
 			continue
 		} else if cerr != nil {

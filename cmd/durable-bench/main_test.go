@@ -101,10 +101,12 @@ func requireLoad(t *testing.T, m map[string]any, n float64) {
 	require.InDelta(t, n, field[float64](t, m, "workflows"), 0)
 	require.Positive(t, field[float64](t, m, "throughput_per_s"))
 	requireLatency(t, m)
-	// Each step commits at least once, and a workflow's three steps need
-	// far fewer than the 20 transactions each that would mean a leak.
+	// Steps share transactions (group commit), so fewer commits than steps
+	// is fine, but none means the count is broken; and a workflow's three
+	// steps need far fewer than the 20 transactions each that would mean a
+	// leak.
 	perStep := field[float64](t, m, "commits_per_step")
-	require.GreaterOrEqual(t, perStep, 1.0, "commits per step")
+	require.Positive(t, perStep, "commits per step")
 	require.Less(t, perStep, 20.0, "commits per step")
 	require.GreaterOrEqual(t, field[float64](t, m, "busy_cpu_ms_per_workflow"), 0.0)
 }
