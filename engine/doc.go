@@ -84,10 +84,11 @@
 // [Run.Result] waits until the run closes and returns its typed result, or a
 // *[WorkflowError] if it failed. It waits on a notification (the engine
 // LISTENs for it, even in a process that never calls Run), re-reading the
-// run every [Options].PollInterval as a backstop. A run that Start created
-// on a running engine is watched from before its insert for two seconds,
-// so Result called within them does not read the run first: a run that
-// closes in this process hands Result its outcome without a query. [Run.Describe] returns the
+// run every [Options].PollInterval as a backstop. A running engine remembers
+// the runs it saw close in the last two seconds (here, with their outcome,
+// or elsewhere, by notification), so Result called within two seconds of
+// the Start that created the run on it does not read the run first: a run
+// that closes in this process hands Result its outcome without a query. [Run.Describe] returns the
 // run's state ([RunInfo]), including the error of a workflow task that is
 // being retried, and [Run.History] its events. [GetRun], [Engine.Describe] and
 // [Engine.History] find the newest run of a workflow ID.

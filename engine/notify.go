@@ -72,12 +72,76 @@ type hub struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu      sync.Mutex // guards the subscriber maps and pending
+	mu      sync.Mutex // guards the subscriber maps, pending, and what follows
 	wakes   map[string][]*waker
 	waiters map[string]map[chan struct{}]struct{}
 	closes  map[string]map[chan *store.CloseRun]struct{}
 	pending map[string]bool // notifications for other processes, not yet sent
 	flush   chan struct{}
+	// recent are the runs seen to close in the last closeMemory, with how
+	// they closed if it was here (nil: elsewhere), oldest first in
+	// recentLog; listening is since when the LISTEN has held without a gap
+	// (zero: it does not). See subscribeSince.
+	recent    map[string]*store.CloseRun
+	recentLog []recentClose
+	listening time.Time
+}
+
+// closeMemory is how long the hub remembers that a run closed.
+const closeMemory = 2 * time.Second
+
+type recentClose struct {
+	runID string
+	at    time.Time
+}
+
+// remember records that runID closed, how if c is set, and forgets closes
+// older than closeMemory. h.mu is held.
+func (h *hub) remember(runID string, c *store.CloseRun) {
+	now := time.Now()
+	if old, ok := h.recent[runID]; !ok {
+		h.recent[runID] = c
+		h.recentLog = append(h.recentLog, recentClose{runID: runID, at: now})
+	} else if old == nil && c != nil {
+		h.recent[runID] = c
+	}
+	n := 0
+	for n < len(h.recentLog) && now.Sub(h.recentLog[n].at) > closeMemory {
+		delete(h.recent, h.recentLog[n].runID)
+		n++
+	}
+	h.recentLog = h.recentLog[n:]
+}
+
+// subscribeSince is subscribeRun for a run that was running at since (Start
+// began to record it then; zero if not on a running engine). It reports
+// whether the caller may skip reading the run before it waits: whether every
+// close since has reached the hub (the LISTEN has held since before since,
+// within closeMemory) and the run's, if any, came with its outcome, which
+// the subscription then holds.
+func (h *hub) subscribeSince(runID string, since time.Time) (*runSub, bool) {
+	s := h.subscribeRun(context.Background(), runID)
+	if since.IsZero() {
+		return s, false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.listening.IsZero() || h.listening.After(since) || time.Since(since) >= closeMemory {
+		return s, false
+	}
+	c, closed := h.recent[runID]
+	switch {
+	case !closed:
+		return s, true
+	case c != nil:
+		select {
+		case s.closed <- c:
+		default: // delivered already
+		}
+		return s, true
+	default: // closed elsewhere: read how
+		return s, false
+	}
 }
 
 // waker is a local poller: it is woken by a key, and says whether it has a
@@ -93,6 +157,7 @@ func newHub(pool *pgxpool.Pool, log *slog.Logger) *hub {
 		wakes: map[string][]*waker{}, waiters: map[string]map[chan struct{}]struct{}{},
 		closes:  map[string]map[chan *store.CloseRun]struct{}{},
 		pending: map[string]bool{}, flush: make(chan struct{}, 1),
+		recent: map[string]*store.CloseRun{},
 	}
 }
 
@@ -172,28 +237,11 @@ type runSub struct {
 	c     chan struct{}
 	// closed receives how the run closed, when it closed in this process.
 	closed chan *store.CloseRun
-	// ref is whether the subscription holds the hub running (see hold).
-	ref bool
 }
 
 // subscribeRun returns a subscription whose channel receives a value when
-// the run closes (or when notifications may have been lost). It keeps the
-// hub, and so the LISTEN, running until it is closed.
+// the run closes (or when notifications may have been lost).
 func (h *hub) subscribeRun(_ context.Context, runID string) *runSub {
-	s := h.watchRun(runID)
-	s.hold()
-	return s
-}
-
-// hold makes a subscription from watchRun keep the hub running.
-func (s *runSub) hold() {
-	s.h.acquire()
-	s.ref = true
-}
-
-// watchRun is subscribeRun without keeping the hub running: for a run
-// started by a running engine, whose hub runs anyway (Run holds it).
-func (h *hub) watchRun(runID string) *runSub {
 	s := &runSub{h: h, runID: runID, c: make(chan struct{}, 1), closed: make(chan *store.CloseRun, 1)}
 	h.mu.Lock()
 	if h.waiters[runID] == nil {
@@ -205,6 +253,7 @@ func (h *hub) watchRun(runID string) *runSub {
 	}
 	h.closes[runID][s.closed] = struct{}{}
 	h.mu.Unlock()
+	h.acquire()
 	return s
 }
 
@@ -219,9 +268,7 @@ func (s *runSub) close() {
 		delete(s.h.closes, s.runID)
 	}
 	s.h.mu.Unlock()
-	if s.ref {
-		s.h.release()
-	}
+	s.h.release()
 }
 
 // deliverClose hands how a run closed to its waiters in this process, so
@@ -229,6 +276,7 @@ func (s *runSub) close() {
 func (h *hub) deliverClose(runID string, c *store.CloseRun) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.remember(runID, c)
 	for ch := range h.closes[runID] {
 		select {
 		case ch <- c:
@@ -248,6 +296,7 @@ func (h *hub) dispatch(payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if runID, ok := strings.CutPrefix(payload, "c:"); ok {
+		h.remember(runID, nil)
 		for c := range h.waiters[runID] {
 			signal(c)
 		}
@@ -267,6 +316,7 @@ func (h *hub) publish(keys ...string) {
 	for _, k := range keys {
 		taken := false
 		if runID, ok := strings.CutPrefix(k, "c:"); ok {
+			h.remember(runID, nil)
 			for c := range h.waiters[runID] {
 				signal(c)
 			}
@@ -346,6 +396,9 @@ func (h *hub) listen(ctx context.Context, ready chan struct{}) {
 	first := true
 	for ctx.Err() == nil {
 		err := h.listenOnce(ctx, func() {
+			h.mu.Lock()
+			h.listening = time.Now()
+			h.mu.Unlock()
 			if first {
 				close(ready)
 				first = false
@@ -356,6 +409,9 @@ func (h *hub) listen(ctx context.Context, ready chan struct{}) {
 			backoff = 50 * time.Millisecond
 			h.wakeAll()
 		})
+		h.mu.Lock()
+		h.listening = time.Time{} // a gap: closes elsewhere may go unseen
+		h.mu.Unlock()
 		if ctx.Err() != nil {
 			return
 		}

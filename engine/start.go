@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -59,24 +58,10 @@ type Run[Out any] struct {
 	// Existing is true when Start found this run already open.
 	Existing bool
 	e        *Engine
-	// early watches for the close of a run this process just started on a
-	// running engine, from before its insert, for a short while (see
-	// watchEarly): Result called meanwhile need not read the run first.
-	early atomic.Pointer[runSub]
-}
-
-// earlyWatch is how long a run started here is watched for Result.
-const earlyWatch = 2 * time.Second
-
-// watchEarly keeps sub, subscribed before the run's insert, for Result, and
-// drops it after earlyWatch if Result has not taken it.
-func (r *Run[Out]) watchEarly(sub *runSub) {
-	r.early.Store(sub)
-	time.AfterFunc(earlyWatch, func() {
-		if s := r.early.Swap(nil); s != nil {
-			s.close()
-		}
-	})
+	// since, if set, is when Start began to record this run on a running
+	// engine: Result called soon after may trust the engine's record of
+	// recent closes instead of reading the run first (hub.subscribeSince).
+	since time.Time
 }
 
 // Start starts a run of the workflow wf with input in, or returns the open run
@@ -162,19 +147,13 @@ func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any
 			}
 		}
 	}
-	// A run started here on a running engine is watched from before its
-	// insert: any close (announced here, or by NOTIFY) reaches the watch,
-	// so Result, if called soon, need not read the run to learn whether it
-	// closed meanwhile.
-	var early *runSub
+	// A run started here on a running engine: its close, from now on, will
+	// be in the engine's record of recent closes (see Result).
+	var since time.Time
 	if !inTx && e.running.Load() {
-		early = e.hub.watchRun(runID)
+		since = time.Now()
 	}
 	r, err := s.CreateRun(ctx, params)
-	if early != nil && err != nil { // not started here (the ID is taken), or not at all
-		early.close()
-		early = nil
-	}
 	if eager != nil {
 		eager(r, err)
 	}
@@ -197,8 +176,8 @@ func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any
 		e.hub.publish("w:" + queue)
 	}
 	h := &Run[Out]{WorkflowID: r.WorkflowID, RunID: r.RunID, Existing: existing, e: e}
-	if early != nil {
-		h.watchEarly(early)
+	if !existing {
+		h.since = since
 	}
 	return h, nil
 }
@@ -245,17 +224,10 @@ const resultRetryMin = 50 * time.Millisecond
 func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 	var out Out
 	runID := r.RunID
-	// A run this process just started has been watched since before its
-	// insert: it was running then, and any close since is in the watch.
-	sub := r.early.Swap(nil)
-	watched := sub != nil
-	if watched {
-		sub.hold() // the LISTEN runs while Result waits, whatever Run does
-		// If Run stopped meanwhile, the LISTEN may have too: read first.
-		watched = r.e.running.Load()
-	} else {
-		sub = r.e.hub.subscribeRun(ctx, runID)
-	}
+	// A run this process just started was running then; if the engine has
+	// recorded every close since (hub.subscribeSince), the first read is
+	// needed only if it closed elsewhere.
+	sub, watched := r.e.hub.subscribeSince(runID, r.since)
 	defer func() { sub.close() }()
 	backoff := resultRetryMin
 	// waitOut waits before asking again after err, if err is the database

@@ -222,13 +222,19 @@ func (f *timerFirer) wake(ctx context.Context, w wakeup, now time.Time) {
 		e.cache.put(t, x)
 		return
 	}
-	if !ps.wake.tryAcquire() {
+	// In a burst the scanner waits for a wake slot rather than leave the
+	// run to a fire, a claim and a history read, which cost more than the
+	// wait: the slots free up as fast as the wakes commit.
+	if !ps.wake.acquireWithin(ctx, wakeSlotWait) {
 		e.cache.put(t, x)
 		return
 	}
 	e.wakes.begin(w.runID)
 	ps.wake.start(wakeJob{ctx: ctx, x: x, task: t, w: w, lag: now.Sub(w.at), rescan: f.rescan})
 }
+
+// wakeSlotWait is how long the scanner waits for a wake slot.
+const wakeSlotWait = 100 * time.Millisecond
 
 // wakeJob is a fused wake for the wake slots.
 type wakeJob struct {

@@ -193,6 +193,22 @@ func (p *workerPool[T]) tryAcquire() bool {
 	}
 }
 
+// acquireWithin reserves a slot, waiting up to d for one to free up.
+func (p *workerPool[T]) acquireWithin(ctx context.Context, d time.Duration) bool {
+	if p.tryAcquire() {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case p.sem <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
 func (p *workerPool[T]) hasFree() bool { return len(p.sem) < cap(p.sem) }
 
 // release gives back a reserved slot that no task used.
