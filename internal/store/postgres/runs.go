@@ -129,11 +129,10 @@ func (s *Store) createRunFirst(ctx context.Context, in store.CreateRunParams, ev
 	if err != nil {
 		return store.Run{}, fmt.Errorf("create run %s: %w", in.RunID, err)
 	}
-	args := namedArgs{
-		"trace": in.TraceContext, "run_id": in.RunID, "workflow_id": in.WorkflowID, "workflow_type": in.WorkflowType,
-		"queue": in.Queue, "input": jsonArg(in.Input), "now": in.Now, "event_type": eventType, "event": event,
-		"types": types, "attrs": attrs,
-	}
+	args := make(namedArgs, commitArgs)
+	args["trace"], args["run_id"], args["workflow_id"], args["workflow_type"] = in.TraceContext, in.RunID, in.WorkflowID, in.WorkflowType
+	args["queue"], args["input"], args["now"], args["event_type"], args["event"] = in.Queue, jsonArg(in.Input), in.Now, eventType, event
+	args["types"], args["attrs"] = types, attrs
 	activityArgs(args, f.Activities)
 	timerArgs(args, f.Timers)
 	var (
