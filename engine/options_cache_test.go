@@ -21,7 +21,9 @@ func TestDecodeActivityOptionsCaches(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 	}
-	_, ok := optionsCache.m.Load(string(raw))
+	optionsCache.mu.RLock()
+	_, ok := optionsCache.m[string(raw)]
+	optionsCache.mu.RUnlock()
 	require.True(t, ok)
 
 	got, err := decodeActivityOptions(nil)
