@@ -89,6 +89,13 @@ func (w *wakeups) push(ws []wakeup) {
 	}
 }
 
+// clear forgets every timer: the cache they were for is gone.
+func (w *wakeups) clear() {
+	w.mu.Lock()
+	w.due, w.noted = nil, nil
+	w.mu.Unlock()
+}
+
 // popDue removes and returns the timers due at now.
 func (w *wakeups) popDue(now time.Time) []wakeup {
 	w.mu.Lock()
