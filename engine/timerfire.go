@@ -167,11 +167,21 @@ func (w *wakeups) waking() []string {
 type timerFirer struct {
 	e      *Engine
 	rescan func()
+	// peeked is FireTimers' look at the next timer, when it fired nothing,
+	// for the scanner's NextTimer that follows: anything that would make
+	// the answer sooner (a new timer, a wake that ends) wakes the scanner.
+	peeked *nextTimer
+}
+
+type nextTimer struct {
+	at time.Time
+	ok bool
 }
 
 // FireTimers implements timer.Store.
 func (f *timerFirer) FireTimers(ctx context.Context, now time.Time, limit int) (timer.Fired, error) {
 	e := f.e
+	f.peeked = nil
 	// At the database's precision, as the events' times will read back.
 	now = now.Truncate(time.Microsecond)
 	for _, w := range e.wakes.popDue(now) {
@@ -181,17 +191,14 @@ func (f *timerFirer) FireTimers(ctx context.Context, now time.Time, limit int) (
 	// In a burst of wakes most rounds find nothing due but the runs being
 	// woken; a look at the earliest other timer costs a tenth of a fire.
 	if at, ok, err := e.store.NextTimerSkipping(ctx, in.Skip); err == nil && (!ok || at.After(now)) {
+		f.peeked = &nextTimer{at: at, ok: ok}
 		return timer.Fired{}, nil
 	}
 	reserved := map[string]*workerPool[store.WorkflowTask]{}
 	if ps := e.pools.Load(); ps != nil {
 		in.Claim = map[string]int{}
 		for queue, p := range ps.wf {
-			n := 0
-			for n < limit && p.tryAcquire() {
-				n++
-			}
-			if n > 0 {
+			if n := p.tryAcquireUpTo(limit); n > 0 {
 				in.Claim[queue], reserved[queue] = n, p
 			}
 		}
@@ -205,15 +212,17 @@ func (f *timerFirer) FireTimers(ctx context.Context, now time.Time, limit int) (
 		in.Claim[t.Queue]--
 	}
 	for queue, p := range reserved {
-		for range in.Claim[queue] {
-			p.release()
-		}
+		p.releaseN(in.Claim[queue])
 	}
 	return fired, err
 }
 
 // NextTimer implements timer.Store: the next timer that is not being woken.
 func (f *timerFirer) NextTimer(ctx context.Context) (time.Time, bool, error) {
+	if p := f.peeked; p != nil {
+		f.peeked = nil
+		return p.at, p.ok, nil
+	}
 	return f.e.store.NextTimerSkipping(ctx, f.e.wakes.waking())
 }
 
@@ -265,9 +274,10 @@ func (e *Engine) runWake(ctx context.Context, j wakeJob) *wakeJob {
 		e.observeFire(j.ctx, timer.FiredTimer{RunID: j.w.runID, Seq: j.w.seq, Lag: j.lag, TraceContext: j.task.TraceContext})
 		e.wakes.push(later) // the run is back in the cache for them
 	}
-	if !woke || len(later) > 0 {
-		j.rescan() // the timers are due, the scanner's or ours again
-	}
+	// The scanner skipped the run's timers while it was woken: this one if
+	// the wake did not take, those held for after it, and any other that
+	// came due meanwhile. It looks again.
+	j.rescan()
 	return nil
 }
 

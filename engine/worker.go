@@ -212,8 +212,24 @@ func (p *workerPool[T]) acquireWithin(ctx context.Context, d time.Duration) bool
 
 func (p *workerPool[T]) hasFree() bool { return len(p.sem) < cap(p.sem) }
 
+// tryAcquireUpTo reserves free slots, at most n, and returns how many.
+func (p *workerPool[T]) tryAcquireUpTo(n int) int {
+	got := 0
+	for got < n && p.tryAcquire() {
+		got++
+	}
+	return got
+}
+
 // release gives back a reserved slot that no task used.
 func (p *workerPool[T]) release() { <-p.sem }
+
+// releaseN gives back n reserved slots that no task used.
+func (p *workerPool[T]) releaseN(n int) {
+	for range n {
+		p.release()
+	}
+}
 
 // start runs t in a reserved slot. It must be called by a task of the same
 // engine or by the pool's poller, so that Run's wait has not finished.
@@ -246,18 +262,13 @@ func pollLoop[T any](ctx context.Context, e *Engine, kind, queue string, p *work
 			p.release()
 			return
 		}
-		free := 1
-		for free < cap(p.sem) && p.tryAcquire() {
-			free++
-		}
+		free := 1 + p.tryAcquireUpTo(cap(p.sem)-1)
 		// A claim that commits must not be lost to a cancelled context, so
 		// claims are not cut short by ctx; they are short.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		tasks, err := claim(cctx, queue, free)
 		cancel()
-		for range free - len(tasks) {
-			p.release()
-		}
+		p.releaseN(free - len(tasks))
 		if err != nil {
 			if ctx.Err() != nil {
 				return
