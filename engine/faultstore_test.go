@@ -354,10 +354,6 @@ func (s *faultStore) ReleaseActivityTasks(ctx context.Context, in store.ReleaseP
 	return write0(s, "ReleaseActivityTasks", func() error { return s.storage.ReleaseActivityTasks(ctx, in) })
 }
 
-func (s *faultStore) FireTimers(ctx context.Context, now time.Time, limit int) (timer.Fired, error) {
-	return write(s, "FireTimers", "", func() (timer.Fired, error) { return s.storage.FireTimers(ctx, now, limit) })
-}
-
 func (s *faultStore) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (timer.Fired, []store.WorkflowTask, error) {
 	type out struct {
 		f     timer.Fired
@@ -370,13 +366,13 @@ func (s *faultStore) FireTimersClaiming(ctx context.Context, in store.FireTimers
 	return o.f, o.tasks, err
 }
 
-func (s *faultStore) NextTimer(ctx context.Context) (time.Time, bool, error) {
+func (s *faultStore) NextTimerSkipping(ctx context.Context, skip []string) (time.Time, bool, error) {
 	type next struct {
 		t  time.Time
 		ok bool
 	}
 	n, err := read(s, "NextTimer", func() (next, error) {
-		t, ok, err := s.storage.NextTimer(ctx)
+		t, ok, err := s.storage.NextTimerSkipping(ctx, skip)
 		return next{t, ok}, err
 	})
 	return n.t, n.ok, err

@@ -18,15 +18,16 @@ import (
 // engine and Postgres.
 type storage interface {
 	store.Store
-	timer.Store
 
 	// WithTx returns the same storage running its statements in tx.
 	WithTx(tx pgx.Tx) storage
-	// FireTimersClaiming fires timers and claims the workflow tasks it
-	// makes as in.ClaimAs asks (see timerFirer).
+	// FireTimersClaiming fires due timers, up to in.Limit, and claims the
+	// workflow tasks it makes as in.ClaimAs asks (the scanner's store is
+	// timerFirer, which calls these two).
 	FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (timer.Fired, []store.WorkflowTask, error)
-	// NextTimerSkipping is NextTimer without the timers of the runs in skip.
-	NextTimerSkipping(ctx context.Context, skip []string) (time.Time, bool, error)
+	// NextTimerSkipping returns the earliest fire time of any timer of a
+	// run not in skip, or ok false.
+	NextTimerSkipping(ctx context.Context, skip []string) (at time.Time, ok bool, err error)
 	// StartGroupCommit commits concurrent step writes together until stop.
 	StartGroupCommit(flushers, max int) (stop func())
 
