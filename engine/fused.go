@@ -188,13 +188,7 @@ func (e *Engine) eagerStart(ctx context.Context, params *store.CreateRunParams) 
 		if !applyOwn(x, 2, params.Now, commit.Events) {
 			return
 		}
-		if x.OnlyTimers() && !wakesSoon(commit) { // it waits for a signal or a long sleep: nothing to keep it for
-			x.Close()
-			return
-		}
-		t.Events = nil
-		e.cache.put(t, x)
-		e.wakes.note(t.RunID, commit)
+		e.keepCached(t, x, commit)
 	}
 }
 

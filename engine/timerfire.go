@@ -19,7 +19,7 @@ import (
 // Timers come due two ways.
 //
 // A run this engine keeps in its cache wakes here: when a commit starts a
-// timer that fires soon (a short sleep stays cached, see wakesSoon), the
+// timer that fires soon (a short sleep stays cached, see keepCached), the
 // engine notes it (wakeups), and when the scanner finds it due, the cached
 // run applies TimerFired, runs, and the firing and its commands are one
 // fused commit (store.Outcome.TimerSeq), like an activity's fused step.
@@ -60,17 +60,6 @@ func (h *wakeHeap) Pop() any {
 	w := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return w
-}
-
-// note records the soon-due timers a commit of run runID started.
-func (w *wakeups) note(runID string, commit store.CommitWorkflowTaskParams) {
-	var ws []wakeup
-	for _, tm := range commit.Timers {
-		if tm.FireAt.Sub(commit.Now) < shortSleep {
-			ws = append(ws, wakeup{runID: runID, seq: tm.Seq, at: tm.FireAt})
-		}
-	}
-	w.push(ws)
 }
 
 // push adds timers to wake.

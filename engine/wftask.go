@@ -206,17 +206,7 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 			return next, nil
 		}
 	}
-	if commit.Close != nil || (x.OnlyTimers() && !wakesSoon(commit) && !e.wakes.pending(t.RunID)) {
-		// A closed run is done; a run that only sleeps holds nothing in
-		// memory while it waits, and is rebuilt by replay when it wakes,
-		// unless a timer of it fires soon (this commit's, or one noted
-		// before).
-		x.Close()
-		return next, nil
-	}
-	t.Events = nil
-	e.cache.put(t, x)
-	e.wakes.note(t.RunID, commit)
+	e.keepCached(t, x, commit)
 	return next, nil
 }
 
@@ -225,15 +215,26 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 // cheaper to wait out in memory than to replay, a long one holds nothing.
 const shortSleep = 30 * time.Second
 
-// wakesSoon reports whether the commit started a timer that fires within
-// shortSleep.
-func wakesSoon(commit store.CommitWorkflowTaskParams) bool {
+// keepCached puts x, the run of task t that commit has just recorded, in
+// the cache, and notes the timers it started that fire within shortSleep,
+// to wake it here (see wakeups). A closed run is done; a run that only
+// sleeps holds nothing in memory while it waits, and is rebuilt by replay
+// when it wakes, unless a timer of it fires soon (this commit's, or one
+// noted before): those are closed instead.
+func (e *Engine) keepCached(t store.WorkflowTask, x wfexec.Executor, commit store.CommitWorkflowTaskParams) {
+	var soon []wakeup
 	for _, tm := range commit.Timers {
 		if tm.FireAt.Sub(commit.Now) < shortSleep {
-			return true
+			soon = append(soon, wakeup{runID: t.RunID, seq: tm.Seq, at: tm.FireAt})
 		}
 	}
-	return false
+	if commit.Close != nil || (x.OnlyTimers() && len(soon) == 0 && !e.wakes.pending(t.RunID)) {
+		x.Close()
+		return
+	}
+	t.Events = nil
+	e.cache.put(t, x)
+	e.wakes.push(soon)
 }
 
 // warnLongHistory warns (log and metric) when a task took the run's history
