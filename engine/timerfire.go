@@ -240,7 +240,7 @@ func (f *timerFirer) wake(ctx context.Context, w wakeup, now time.Time) {
 		return
 	}
 	e.wakes.begin(w.runID)
-	ps.wake.start(wakeJob{ctx: ctx, x: x, task: t, w: w, lag: now.Sub(w.at), rescan: f.rescan})
+	ps.wake.start(wakeJob{x: x, task: t, w: w, lag: now.Sub(w.at)})
 }
 
 // wakeSlotWait is how long the scanner waits for a wake slot.
@@ -248,25 +248,25 @@ const wakeSlotWait = 100 * time.Millisecond
 
 // wakeJob is a fused wake for the wake slots.
 type wakeJob struct {
-	ctx    context.Context // the scanner's, for the fire's span
-	x      wfexec.Executor
-	task   store.WorkflowTask
-	w      wakeup
-	lag    time.Duration
-	rescan func()
+	x    wfexec.Executor
+	task store.WorkflowTask
+	w    wakeup
+	lag  time.Duration
 }
 
-func (e *Engine) runWake(ctx context.Context, j wakeJob) *wakeJob {
+// runWake is the wake slots' work.
+func (f *timerFirer) runWake(ctx context.Context, j wakeJob) *wakeJob {
+	e := f.e
 	woke := e.wakeCached(ctx, j.x, j.task, j.w.seq)
 	later := e.wakes.end(j.w.runID)
 	if woke {
-		e.observeFire(j.ctx, timer.FiredTimer{RunID: j.w.runID, Seq: j.w.seq, Lag: j.lag, TraceContext: j.task.TraceContext})
+		e.observeFire(ctx, timer.FiredTimer{RunID: j.w.runID, Seq: j.w.seq, Lag: j.lag, TraceContext: j.task.TraceContext})
 		e.wakes.push(later) // the run is back in the cache for them
 	}
 	// The scanner skipped the run's timers while it was woken: this one if
 	// the wake did not take, those held for after it, and any other that
 	// came due meanwhile. It looks again.
-	j.rescan()
+	f.rescan()
 	return nil
 }
 

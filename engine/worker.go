@@ -47,11 +47,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		ps.act[queue] = newWorkerPool(hard, &tasks, qo.ActivityConcurrency, e.runActivityTask)
 		wakeSlots += 2 * qo.WorkflowConcurrency
 	}
-	ps.wake = newWorkerPool(hard, &tasks, wakeSlots, e.runWake)
+	firer := &timerFirer{e: e} // the scanner's store; its rescan is set below
+	ps.wake = newWorkerPool(hard, &tasks, wakeSlots, firer.runWake)
 	e.pools.Store(ps) // before the scanner, whose fires hand tasks to the pools
 
 	var wg sync.WaitGroup
-	firer := &timerFirer{e: e}
 	scanner := timer.NewScanner(firer, timer.Options{
 		NowFunc: e.opts.NowFunc, PollInterval: e.opts.PollInterval, Logger: e.log,
 		ErrorFunc: func(err error, retryIn time.Duration) {
