@@ -24,19 +24,40 @@ import (
 // if set, runs before each fused commit.
 type stepCounter struct {
 	storage
-	mu                                            sync.Mutex
-	fused, refused, resolves, reads, eager, woken int
-	claimed                                       int // workflow tasks claimed from the queue
-	runReads                                      int // GetRun calls
-	beforeFused                                   func(ctx context.Context, s storage, in store.CommitWorkflowTaskParams)
+	mu          sync.Mutex
+	n           stepCounts
+	beforeFused func(ctx context.Context, s storage, in store.CommitWorkflowTaskParams)
+}
+
+// stepCounts are what a stepCounter counted.
+type stepCounts struct {
+	fused, refused int // fused commits that took effect, and refused
+	resolves       int // activity outcomes recorded on their own
+	reads          int // history reads
+	eager          int // runs inserted with their first task
+	woken          int // tasks a timer fire handed over
+	claimed        int // workflow tasks claimed from the queue
+	runReads       int // GetRun calls
+}
+
+// count changes the counts under the lock.
+func (s *stepCounter) count(f func(n *stepCounts)) {
+	s.mu.Lock()
+	f(&s.n)
+	s.mu.Unlock()
+}
+
+// snap returns the counts so far.
+func (s *stepCounter) snap() stepCounts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
 }
 
 func (s *stepCounter) CreateRun(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
 	r, err := s.storage.CreateRun(ctx, in)
 	if in.First != nil && err == nil {
-		s.mu.Lock()
-		s.eager++
-		s.mu.Unlock()
+		s.count(func(n *stepCounts) { n.eager++ })
 	}
 	return r, err
 }
@@ -47,58 +68,42 @@ func (s *stepCounter) CommitWorkflowTask(ctx context.Context, in store.CommitWor
 	}
 	ready, err := s.storage.CommitWorkflowTask(ctx, in)
 	if in.Outcome != nil {
-		s.mu.Lock()
-		if err == nil {
-			s.fused++
-		} else {
-			s.refused++
-		}
-		s.mu.Unlock()
+		s.count(func(n *stepCounts) {
+			if err == nil {
+				n.fused++
+			} else {
+				n.refused++
+			}
+		})
 	}
 	return ready, err
 }
 
 func (s *stepCounter) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) (store.Ready, error) {
-	s.mu.Lock()
-	s.resolves++
-	s.mu.Unlock()
+	s.count(func(n *stepCounts) { n.resolves++ })
 	return s.storage.ResolveActivity(ctx, in)
 }
 
 func (s *stepCounter) ListEvents(ctx context.Context, runID string, afterID int64) ([]history.Event, error) {
-	s.mu.Lock()
-	s.reads++
-	s.mu.Unlock()
+	s.count(func(n *stepCounts) { n.reads++ })
 	return s.storage.ListEvents(ctx, runID, afterID)
 }
 
 func (s *stepCounter) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (timer.Fired, []store.WorkflowTask, error) {
 	f, tasks, err := s.storage.FireTimersClaiming(ctx, in)
-	s.mu.Lock()
-	s.woken += len(tasks)
-	s.mu.Unlock()
+	s.count(func(n *stepCounts) { n.woken += len(tasks) })
 	return f, tasks, err
 }
 
 func (s *stepCounter) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
 	tasks, err := s.storage.ClaimWorkflowTasks(ctx, in)
-	s.mu.Lock()
-	s.claimed += len(tasks)
-	s.mu.Unlock()
+	s.count(func(n *stepCounts) { n.claimed += len(tasks) })
 	return tasks, err
 }
 
 func (s *stepCounter) GetRun(ctx context.Context, runID string) (store.Run, error) {
-	s.mu.Lock()
-	s.runReads++
-	s.mu.Unlock()
+	s.count(func(n *stepCounts) { n.runReads++ })
 	return s.storage.GetRun(ctx, runID)
-}
-
-func (s *stepCounter) counts() (fused, refused, resolves, reads int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.fused, s.refused, s.resolves, s.reads
 }
 
 func incr(_ context.Context, n int) (int, error) { return n + 1, nil }
@@ -214,24 +219,15 @@ func TestCachedStepsAreFused(t *testing.T) {
 	// The first run may start before Run serves the queue: its first task
 	// is then claimed, and read from history.
 	run(0)
-	fused0, _, _, reads0 := sc.counts()
-	sc.mu.Lock()
-	eager0 := sc.eager
-	sc.mu.Unlock()
-	sc.mu.Lock()
-	runReads0 := sc.runReads
-	sc.mu.Unlock()
+	c0 := sc.snap()
 	r := run(10)
-	sc.mu.Lock()
-	require.Equal(t, eager0+1, sc.eager, "the start carried the first task's commands")
-	require.Equal(t, runReads0, sc.runReads, "Result learned the result in-process, watching since the start")
-	sc.mu.Unlock()
-
-	fused, refused, resolves, reads := sc.counts()
-	require.Equal(t, 3, fused-fused0, "two steps and the close")
-	require.Zero(t, refused)
-	require.Zero(t, resolves, "no outcome on its own")
-	require.Equal(t, reads0, reads, "no history read")
+	c := sc.snap()
+	require.Equal(t, c0.eager+1, c.eager, "the start carried the first task's commands")
+	require.Equal(t, c0.runReads, c.runReads, "Result learned the result in-process, watching since the start")
+	require.Equal(t, 3, c.fused-c0.fused, "two steps and the close")
+	require.Zero(t, c.refused)
+	require.Zero(t, c.resolves, "no outcome on its own")
+	require.Equal(t, c0.reads, c.reads, "no history read")
 	events, err := r.History(ctx)
 	require.NoError(t, err)
 	var types []string
@@ -270,10 +266,10 @@ func TestFusedStepYieldsToANewEvent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1+1+100+1, got)
 
-	fused, refused, resolves, _ := sc.counts()
-	require.Equal(t, 1, refused, "the step after the signal")
-	require.Equal(t, 1, resolves, "its outcome, on its own")
-	require.Equal(t, 1, fused, "the close")
+	c := sc.snap()
+	require.Equal(t, 1, c.refused, "the step after the signal")
+	require.Equal(t, 1, c.resolves, "its outcome, on its own")
+	require.Equal(t, 1, c.fused, "the close")
 	require.Equal(t, 1, strings.Count(log.String(), "first step done"), "logged once:\n%s", log.String())
 	require.NoError(t, e.ReplayRun(ctx, r.WorkflowID))
 }
@@ -293,10 +289,10 @@ func TestUnfusableStepTakesTwoWrites(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 7, got)
 
-	fused, refused, resolves, _ := sc.counts()
-	require.Equal(t, 1, resolves, "the outcome before the cancellation")
-	require.Zero(t, refused)
-	require.Equal(t, 1, fused, "the close")
+	c := sc.snap()
+	require.Equal(t, 1, c.resolves, "the outcome before the cancellation")
+	require.Zero(t, c.refused)
+	require.Equal(t, 1, c.fused, "the close")
 	events, err := r.History(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "activity_completed", events[3].Type())
@@ -316,19 +312,15 @@ func TestFiredTimerWakesTheCachedRun(t *testing.T) {
 	defer cancel()
 	run := func(n int) *Run[int] { return runToEnd(ctx, t, e, napTwice, n, n) }
 	run(0) // may start before Run serves the queue
-	sc.mu.Lock()
-	woken0, claimed0, reads0, eager0, fused0 := sc.woken, sc.claimed, sc.reads, sc.eager, sc.fused
-	sc.mu.Unlock()
+	c0 := sc.snap()
 	r := run(1)
-	sc.mu.Lock()
-	woken, claimed, reads, eager, fused, refused := sc.woken, sc.claimed, sc.reads, sc.eager, sc.fused, sc.refused
-	sc.mu.Unlock()
-	require.Equal(t, eager0+1, eager, "the start carried the first timer")
-	require.Equal(t, fused0+2, fused, "each wake, the second with the close")
-	require.Zero(t, refused)
-	require.Equal(t, woken0, woken, "no fire handed the run over")
-	require.Equal(t, claimed0, claimed, "no claim")
-	require.Equal(t, reads0, reads, "no history read")
+	c := sc.snap()
+	require.Equal(t, c0.eager+1, c.eager, "the start carried the first timer")
+	require.Equal(t, c0.fused+2, c.fused, "each wake, the second with the close")
+	require.Zero(t, c.refused)
+	require.Equal(t, c0.woken, c.woken, "no fire handed the run over")
+	require.Equal(t, c0.claimed, c.claimed, "no claim")
+	require.Equal(t, c0.reads, c.reads, "no history read")
 	require.NoError(t, e.ReplayRun(ctx, r.WorkflowID), "the history replays")
 }
 
@@ -358,19 +350,16 @@ func TestFiredTimerHandsTheTaskToItsEngine(t *testing.T) {
 		d, err := e.Describe(ctx, r.WorkflowID)
 		return err == nil && len(d.PendingTimers) == 1
 	}, 10*time.Second, 5*time.Millisecond, "the run sleeps")
-	sc.mu.Lock()
-	woken0, claimed0 := sc.woken, sc.claimed
-	sc.mu.Unlock()
+	c0 := sc.snap()
 
 	skew.Store(int64(25 * time.Hour))
 	e.hub.publish("t:") // the scanner looks again, a day later
 	got, err := r.Result(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 3, got)
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	require.Equal(t, woken0+1, sc.woken, "the fire handed the task over (claimed %d -> %d)", claimed0, sc.claimed)
-	require.Equal(t, claimed0, sc.claimed, "no claim")
+	c := sc.snap()
+	require.Equal(t, c0.woken+1, c.woken, "the fire handed the task over (claimed %d -> %d)", c0.claimed, c.claimed)
+	require.Equal(t, c0.claimed, c.claimed, "no claim")
 }
 
 // Two timers of a cached run that come due together wake it twice, one
@@ -382,15 +371,11 @@ func TestTimersDueTogetherWakeTheCachedRunInTurn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	runToEnd(ctx, t, e, napBoth, 0, 0) // may start before Run serves the queue
-	sc.mu.Lock()
-	woken0, claimed0, fused0 := sc.woken, sc.claimed, sc.fused
-	sc.mu.Unlock()
+	c0 := sc.snap()
 	r := runToEnd(ctx, t, e, napBoth, 1, 1)
-	sc.mu.Lock()
-	woken, claimed, fused := sc.woken, sc.claimed, sc.fused
-	sc.mu.Unlock()
-	require.Equal(t, fused0+2, fused, "a wake per timer, the second with the close")
-	require.Equal(t, woken0, woken, "no fire handed the run over")
-	require.Equal(t, claimed0, claimed, "no claim")
+	c := sc.snap()
+	require.Equal(t, c0.fused+2, c.fused, "a wake per timer, the second with the close")
+	require.Equal(t, c0.woken, c.woken, "no fire handed the run over")
+	require.Equal(t, c0.claimed, c.claimed, "no claim")
 	require.NoError(t, e.ReplayRun(ctx, r.WorkflowID))
 }
