@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -70,8 +71,7 @@ SELECT (SELECT count(*) FROM del),
         FROM del JOIN run ON run.run_id = del.run_id), '[]'),
     coalesce((SELECT json_agg(json_build_object('run_id', run.run_id, 'workflow_id', run.workflow_id,
         'type', run.workflow_type, 'queue', run.queue, 'token', wt.token, 'processed', run.processed_event_id,
-        'trace', coalesce(run.trace_context, ''), 'parent', coalesce(run.parent_run_id::text, ''), 'first_id', run.first_id,
-        'seqs', (SELECT array_agg(del.seq ORDER BY del.seq) FROM del WHERE del.run_id = run.run_id)))
+        'trace', coalesce(run.trace_context, ''), 'parent', coalesce(run.parent_run_id::text, ''), 'first_id', run.first_id))
         FROM wt JOIN run ON run.run_id = wt.run_id WHERE wt.claimed), '[]')`
 
 // FireTimers implements timer.Store.
@@ -93,16 +93,15 @@ func (s *Store) FireTimersClaiming(ctx context.Context, in store.FireTimersParam
 			Trace string  `json:"trace"`
 		}
 		claimed []struct {
-			RunID        string  `json:"run_id"`
-			WorkflowID   string  `json:"workflow_id"`
-			WorkflowType string  `json:"type"`
-			Queue        string  `json:"queue"`
-			Token        int64   `json:"token"`
-			Processed    int64   `json:"processed"`
-			Trace        string  `json:"trace"`
-			Parent       string  `json:"parent"`
-			FirstID      int64   `json:"first_id"`
-			Seqs         []int64 `json:"seqs"`
+			RunID        string `json:"run_id"`
+			WorkflowID   string `json:"workflow_id"`
+			WorkflowType string `json:"type"`
+			Queue        string `json:"queue"`
+			Token        int64  `json:"token"`
+			Processed    int64  `json:"processed"`
+			Trace        string `json:"trace"`
+			Parent       string `json:"parent"`
+			FirstID      int64  `json:"first_id"`
 		}
 		queues = make([]string, 0, len(in.Claim))
 		limits = make([]int32, 0, len(in.Claim))
@@ -120,9 +119,11 @@ func (s *Store) FireTimersClaiming(ctx context.Context, in store.FireTimersParam
 	if err != nil {
 		return f, nil, fmt.Errorf("fire timers: %w", err)
 	}
+	seqs := map[string][]int64{} // the timers fired, by run
 	for _, t := range fired {
 		lag := time.Duration(t.Lag * float64(time.Second))
 		f.Timers = append(f.Timers, timer.FiredTimer{RunID: t.RunID, Seq: t.Seq, Lag: lag, TraceContext: t.Trace})
+		seqs[t.RunID] = append(seqs[t.RunID], t.Seq)
 	}
 	tasks := make([]store.WorkflowTask, len(claimed))
 	for i, c := range claimed {
@@ -130,7 +131,10 @@ func (s *Store) FireTimersClaiming(ctx context.Context, in store.FireTimersParam
 			RunID: c.RunID, WorkflowID: c.WorkflowID, WorkflowType: c.WorkflowType, Queue: c.Queue, Token: c.Token,
 			ProcessedEventID: c.Processed, TraceContext: c.Trace, ParentRunID: c.Parent,
 		}
-		for j, seq := range c.Seqs {
+		// The fire numbered a run's TimerFired events in timer order.
+		run := seqs[c.RunID]
+		slices.Sort(run)
+		for j, seq := range run {
 			tasks[i].Events = append(tasks[i].Events, history.Event{ID: c.FirstID + int64(j), Time: in.Now, Attributes: history.TimerFired{Seq: seq}})
 		}
 	}

@@ -270,3 +270,38 @@ func TestFusedWakeCompletesTheRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, fired.Count, "no timer left")
 }
+
+// A fire of two timers of one run hands the task over with both
+// TimerFired events, numbered as they read back.
+func TestFireTimersHandsOverEveryFiringOfTheRun(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := postgres.New(pgtest.Pool(t))
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	due := base.Add(time.Second)
+	run, err := s.CreateRun(ctx, store.CreateRunParams{
+		RunID: uuid.NewString(), WorkflowID: "two", WorkflowType: "Mine", Queue: "q", Input: json.RawMessage(`1`), Now: base,
+		ClaimAs: "starter", Lease: time.Minute,
+	})
+	require.NoError(t, err)
+	_, err = s.CommitWorkflowTask(ctx, store.CommitWorkflowTaskParams{
+		RunID: run.RunID, Token: run.Token, ProcessedEventID: 1, Now: base,
+		Events: []history.Attributes{history.TimerStarted{Seq: 2, FireAt: due}, history.TimerStarted{Seq: 1, FireAt: due}},
+		Timers: []store.NewTimer{{Seq: 2, FireAt: due}, {Seq: 1, FireAt: due}},
+	})
+	require.NoError(t, err)
+
+	_, tasks, err := s.FireTimersClaiming(ctx, store.FireTimersParams{
+		Now: due, Limit: 10, ClaimAs: "w1", Lease: time.Minute, Claim: map[string]int{"q": 1}, Types: []string{"Mine"},
+	})
+	require.NoError(t, err)
+	require.Len(t, tasks, 1)
+	events, err := s.ListEvents(ctx, run.RunID, 3)
+	require.NoError(t, err)
+	require.Len(t, tasks[0].Events, 2)
+	require.Len(t, events, 2)
+	for i, ev := range events {
+		require.Equal(t, ev.ID, tasks[0].Events[i].ID)
+		require.Equal(t, ev.Attributes, tasks[0].Events[i].Attributes)
+	}
+}
