@@ -49,16 +49,25 @@ func TestTimerNeverFiresBeforeItsNanosecond(t *testing.T) {
 // timer 1, due at due.
 func sleepingRun(t *testing.T, s *postgres.Store, typ, q string, now, due time.Time) string {
 	t.Helper()
+	return runWithTimers(t, s, typ, q, now, store.NewTimer{Seq: 1, FireAt: due})
+}
+
+// runWithTimers creates a run of type typ on queue q whose first task
+// started timers, in that order.
+func runWithTimers(t *testing.T, s *postgres.Store, typ, q string, now time.Time, timers ...store.NewTimer) string {
+	t.Helper()
 	ctx := t.Context()
 	run, err := s.CreateRun(ctx, store.CreateRunParams{
 		RunID: uuid.NewString(), WorkflowID: uuid.NewString(), WorkflowType: typ, Queue: q, Input: json.RawMessage(`1`), Now: now,
 		ClaimAs: "starter", Lease: time.Minute,
 	})
 	require.NoError(t, err)
+	events := make([]history.Attributes, len(timers))
+	for i, tm := range timers {
+		events[i] = history.TimerStarted{Seq: tm.Seq, FireAt: tm.FireAt}
+	}
 	_, err = s.CommitWorkflowTask(ctx, store.CommitWorkflowTaskParams{
-		RunID: run.RunID, Token: run.Token, ProcessedEventID: 1, Now: now,
-		Events: []history.Attributes{history.TimerStarted{Seq: 1, FireAt: due}},
-		Timers: []store.NewTimer{{Seq: 1, FireAt: due}},
+		RunID: run.RunID, Token: run.Token, ProcessedEventID: 1, Now: now, Events: events, Timers: timers,
 	})
 	require.NoError(t, err)
 	return run.RunID
@@ -279,24 +288,14 @@ func TestFireTimersHandsOverEveryFiringOfTheRun(t *testing.T) {
 	s := postgres.New(pgtest.Pool(t))
 	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	due := base.Add(time.Second)
-	run, err := s.CreateRun(ctx, store.CreateRunParams{
-		RunID: uuid.NewString(), WorkflowID: "two", WorkflowType: "Mine", Queue: "q", Input: json.RawMessage(`1`), Now: base,
-		ClaimAs: "starter", Lease: time.Minute,
-	})
-	require.NoError(t, err)
-	_, err = s.CommitWorkflowTask(ctx, store.CommitWorkflowTaskParams{
-		RunID: run.RunID, Token: run.Token, ProcessedEventID: 1, Now: base,
-		Events: []history.Attributes{history.TimerStarted{Seq: 2, FireAt: due}, history.TimerStarted{Seq: 1, FireAt: due}},
-		Timers: []store.NewTimer{{Seq: 2, FireAt: due}, {Seq: 1, FireAt: due}},
-	})
-	require.NoError(t, err)
+	runID := runWithTimers(t, s, "Mine", "q", base, store.NewTimer{Seq: 2, FireAt: due}, store.NewTimer{Seq: 1, FireAt: due})
 
 	_, tasks, err := s.FireTimersClaiming(ctx, store.FireTimersParams{
 		Now: due, Limit: 10, ClaimAs: "w1", Lease: time.Minute, Claim: map[string]int{"q": 1}, Types: []string{"Mine"},
 	})
 	require.NoError(t, err)
 	require.Len(t, tasks, 1)
-	events, err := s.ListEvents(ctx, run.RunID, 3)
+	events, err := s.ListEvents(ctx, runID, 3)
 	require.NoError(t, err)
 	require.Len(t, tasks[0].Events, 2)
 	require.Len(t, events, 2)
