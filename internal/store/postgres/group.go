@@ -141,13 +141,14 @@ func (g *grouper) commit(batch []*groupReq) {
 	slices.SortStableFunc(batch, func(a, b *groupReq) int { return strings.Compare(a.key, b.key) })
 	// The group's writes outlive any one caller's context.
 	ctx := context.WithoutCancel(batch[0].ctx)
-	err := pgx.BeginFunc(ctx, g.s.pool, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		for _, r := range batch {
-			b.Queue(r.sql, r.args).QueryRow(r.scan)
-		}
-		return tx.SendBatch(ctx, b).Close()
-	})
+	// A batch sent outside a transaction is one implicit transaction (one
+	// Sync ends it): all its writes commit together or none does, without
+	// the round trips of BEGIN and COMMIT.
+	b := &pgx.Batch{}
+	for _, r := range batch {
+		b.Queue(r.sql, r.args).QueryRow(r.scan)
+	}
+	err := g.s.pool.SendBatch(ctx, b).Close()
 	if err == nil {
 		for _, r := range batch {
 			r.done <- nil
