@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -28,6 +29,8 @@ type grouper struct {
 	mu      sync.RWMutex // guards running against submit/stop
 	running bool
 	wg      sync.WaitGroup
+
+	merged atomic.Int64 // writes committed by a statement for many (tests read it)
 }
 
 type groupReq struct {
@@ -36,6 +39,7 @@ type groupReq struct {
 	sql  string
 	args namedArgs
 	scan func(pgx.Row) error
+	many *manyStmt // if set, the statement that does this write with others of its kind
 	done chan error
 }
 
@@ -63,8 +67,14 @@ func (s *Store) StartGroupCommit(flushers, max int) (stop func()) {
 // queryRow runs a one-row write, grouped with others when group commit is on
 // and the store is not bound to a caller's transaction.
 func (s *Store) queryRow(ctx context.Context, key, sql string, args namedArgs, scan func(pgx.Row) error) error {
+	return s.queryRowMany(ctx, key, sql, nil, args, scan)
+}
+
+// queryRowMany is queryRow for a write that a group may do together with
+// others of its kind, in many's one statement.
+func (s *Store) queryRowMany(ctx context.Context, key, sql string, many *manyStmt, args namedArgs, scan func(pgx.Row) error) error {
 	if g := s.group.Load(); g != nil && s.db == dbtx(s.pool) {
-		r := &groupReq{ctx: ctx, key: key, sql: sql, args: args, scan: scan, done: make(chan error, 1)}
+		r := &groupReq{ctx: ctx, key: key, sql: sql, args: args, scan: scan, many: many, done: make(chan error, 1)}
 		if g.submit(r) {
 			return <-r.done
 		}
@@ -145,11 +155,37 @@ func (g *grouper) commit(batch []*groupReq) {
 	// Sync ends it): all its writes commit together or none does, without
 	// the round trips of BEGIN and COMMIT.
 	b := &pgx.Batch{}
+	var kinds []*manyStmt
+	same := map[*manyStmt][]*groupReq{}
 	for _, r := range batch {
-		b.Queue(r.sql, r.args).QueryRow(r.scan)
+		if r.many == nil {
+			b.Queue(r.sql, r.args).QueryRow(r.scan)
+			continue
+		}
+		if same[r.many] == nil {
+			kinds = append(kinds, r.many)
+		}
+		same[r.many] = append(same[r.many], r)
+	}
+	planned := false
+	for _, m := range kinds {
+		if reqs := same[m]; len(reqs) == 1 {
+			b.Queue(reqs[0].sql, reqs[0].args).QueryRow(reqs[0].scan)
+		} else {
+			if !planned { // after the single writes: the settings hold to the end
+				b.Queue(indexPlans)
+				planned = true
+			}
+			b.Queue(m.sql, m.args(reqs)).Query(m.scanEach(reqs))
+		}
 	}
 	err := g.s.pool.SendBatch(ctx, b).Close()
 	if err == nil {
+		for _, m := range kinds {
+			if n := len(same[m]); n > 1 {
+				g.merged.Add(int64(n))
+			}
+		}
 		for _, r := range batch {
 			r.done <- nil
 		}

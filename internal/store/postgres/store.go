@@ -59,14 +59,17 @@ func translate(err error) error {
 	return err
 }
 
-// indexPlans is run before a claim or a timer fire, in its transaction.
-// Their plans must not depend on statistics. A queue's ready set swings
+// indexPlans is run before a claim, a timer fire or a statement for many
+// writes (manyStmt), in its transaction. Their plans must not depend on
+// statistics. A queue's ready set swings
 // from empty to thousands of rows within a second, and statistics gathered
 // in a quiet moment make the planner expect a few: a claim then read the
 // whole ready set and sorted it (15 ms at 10,000 ready tasks, growing with
 // them) instead of walking the ready index in order and stopping after the
 // limit (0.7 ms). A fire joined its due timers to their runs by scanning the
-// whole runs table, closed runs included. Turning off sorts and sequential
+// whole runs table, closed runs included; planned for an empty table, a
+// statement for many writes found its activity tasks by scanning the
+// table. Turning off sorts and sequential
 // scans for the one transaction leaves index walks and lookups, whose cost
 // follows the rows taken. JIT goes too: the penalty those settings add to
 // a plan's cost would trigger it, at hundreds of milliseconds a statement.

@@ -1,0 +1,167 @@
+package postgres_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/store/postgres"
+)
+
+// Fused steps and closes of many runs that meet in one group are done by
+// one statement of each kind, and each run gets what its own statement
+// would have given it: its events, its handed-off activity, its timer, its
+// refusal.
+func TestGroupedFusedStepsShareAStatement(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := postgres.New(pgtest.Pool(t))
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	runs, acts := runsWithClaimedActivity(t, s, now, 6)
+	a, b, c, d, e, f := 0, 1, 2, 3, 4, 5
+	_, err := s.SignalRun(ctx, store.SignalParams{WorkflowID: "wf-2", Now: now}, history.SignalReceived{Name: "s"})
+	require.NoError(t, err, "run c moves on: event 3 is the signal")
+
+	fireAt := now.Add(time.Hour)
+	commits := make([]store.CommitWorkflowTaskParams, 6)
+	commits[a] = fusedStep(runs[a], acts[a], now,
+		history.ActivityScheduled{Seq: 2, Activity: "A", Queue: "q"}, history.TimerStarted{Seq: 3, FireAt: fireAt})
+	commits[a].Activities = []store.NewActivityTask{{Seq: 2, Activity: "A", Queue: "q", IdempotencyKey: runs[a] + ":2",
+		Lease: time.Minute, RunAfter: now, ClaimAs: "w"}}
+	commits[a].Timers = []store.NewTimer{{Seq: 3, FireAt: fireAt}}
+	stale := acts[b]
+	stale.Attempt++
+	commits[b] = fusedStep(runs[b], stale, now)
+	commits[c] = fusedStep(runs[c], acts[c], now)
+	commits[d] = fusedStep(runs[d], acts[d], now, history.WorkflowCompleted{Result: json.RawMessage(`7`)})
+	commits[d].Close = &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`7`)}
+	stale = acts[e]
+	stale.Attempt++
+	commits[e] = fusedStep(runs[e], stale, now, history.WorkflowCompleted{Result: json.RawMessage(`8`)})
+	commits[e].Close = &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`8`)}
+	commits[f] = fusedStep(runs[f], acts[f], now, history.ActivityScheduled{Seq: 2, Activity: "A", Queue: "q"})
+	commits[f].Activities = []store.NewActivityTask{{Seq: 2, Activity: "A", Queue: "q", IdempotencyKey: runs[f] + ":2",
+		Lease: time.Minute, RunAfter: now}}
+
+	commit := s.HoldGroup(t)
+	ready := make([]store.Ready, len(commits))
+	errs := make([]error, len(commits))
+	var wg sync.WaitGroup
+	for i := range commits {
+		wg.Go(func() { ready[i], errs[i] = s.CommitWorkflowTask(ctx, commits[i]) })
+	}
+	require.Equal(t, 6, commit(6), "four steps in one statement, two closes in another")
+	wg.Wait()
+
+	require.NoError(t, errs[a])
+	require.EqualValues(t, 3, ready[a].FirstEventID)
+	require.Len(t, ready[a].ActivityTasks, 1, "activity 2 is claimed for the writer")
+	require.EqualValues(t, 2, ready[a].ActivityTasks[0].Seq)
+	require.Empty(t, ready[a].ActivityQueues)
+	require.NotNil(t, ready[a].TimerAt)
+	require.True(t, fireAt.Equal(*ready[a].TimerAt))
+	require.Equal(t, []string{"workflow_started", "activity_scheduled", "activity_completed", "activity_scheduled", "timer_started"},
+		eventTypes(t, s, runs[a]))
+
+	require.ErrorIs(t, errs[b], store.ErrLeaseLost)
+	require.Len(t, eventTypes(t, s, runs[b]), 2, "nothing appended")
+	require.ErrorIs(t, errs[c], store.ErrRunMoved)
+	require.Len(t, eventTypes(t, s, runs[c]), 3, "only the signal")
+
+	require.NoError(t, errs[d])
+	require.Equal(t, runs[d], ready[d].ClosedRun)
+	require.Equal(t, []string{"workflow_started", "activity_scheduled", "activity_completed", "workflow_completed"},
+		eventTypes(t, s, runs[d]))
+	run, err := s.GetRun(ctx, runs[d])
+	require.NoError(t, err)
+	require.Equal(t, store.StatusCompleted, run.Status)
+	require.JSONEq(t, `7`, string(run.Result))
+
+	require.ErrorIs(t, errs[e], store.ErrLeaseLost)
+	run, err = s.GetRun(ctx, runs[e])
+	require.NoError(t, err)
+	require.Equal(t, store.StatusRunning, run.Status)
+
+	require.NoError(t, errs[f])
+	require.EqualValues(t, 3, ready[f].FirstEventID)
+	require.Equal(t, []string{"q"}, ready[f].ActivityQueues, "activity 2 of run f waits for a claim")
+	require.Empty(t, ready[f].ActivityTasks)
+	require.Nil(t, ready[f].TimerAt)
+
+	claimed, err := s.ClaimActivityTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "other", Limit: 10, Now: now})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1, "only run f's new activity is free")
+	require.Equal(t, runs[f], claimed[0].RunID)
+}
+
+// runsWithClaimedActivity starts n runs (workflow IDs wf-0...) whose
+// activity 1 (event 2) is claimed.
+func runsWithClaimedActivity(t *testing.T, s *postgres.Store, now time.Time, n int) ([]string, []store.ActivityTask) {
+	t.Helper()
+	ctx := t.Context()
+	runs := make([]string, n)
+	for i := range runs {
+		run, err := s.CreateRun(ctx, store.CreateRunParams{
+			RunID: uuid.NewString(), WorkflowID: fmt.Sprintf("wf-%d", i), WorkflowType: "T", Queue: "q",
+			Input: json.RawMessage(`1`), Now: now,
+		})
+		require.NoError(t, err)
+		runs[i] = run.RunID
+	}
+	claim := store.ClaimParams{Queue: "q", WorkerID: "w", Limit: n, Now: now, Lease: time.Minute}
+	wts, err := s.ClaimWorkflowTasks(ctx, claim)
+	require.NoError(t, err)
+	require.Len(t, wts, n)
+	for _, wt := range wts {
+		_, err = s.CommitWorkflowTask(ctx, store.CommitWorkflowTaskParams{
+			RunID: wt.RunID, Token: wt.Token, ProcessedEventID: 1, Now: now,
+			Events: []history.Attributes{history.ActivityScheduled{Seq: 1, Activity: "A", Queue: "q"}},
+			Activities: []store.NewActivityTask{{
+				Seq: 1, Activity: "A", Queue: "q", IdempotencyKey: wt.RunID + ":1", Lease: time.Minute, RunAfter: now,
+			}},
+		})
+		require.NoError(t, err)
+	}
+	claimed, err := s.ClaimActivityTasks(ctx, claim)
+	require.NoError(t, err)
+	require.Len(t, claimed, n)
+	acts := make([]store.ActivityTask, n)
+	for _, a := range claimed {
+		for i, r := range runs {
+			if a.RunID == r {
+				acts[i] = a
+			}
+		}
+	}
+	return runs, acts
+}
+
+// fusedStep is a commit of run that records act's completion (event 3),
+// then cmds.
+func fusedStep(runID string, act store.ActivityTask, now time.Time, cmds ...history.Attributes) store.CommitWorkflowTaskParams {
+	done := history.ActivityCompleted{Seq: act.Seq, Result: json.RawMessage(`"ok"`), Attempt: act.Attempt}
+	return store.CommitWorkflowTaskParams{
+		RunID: runID, WorkflowQueue: "q", ProcessedEventID: 3, Now: now,
+		Events:  append([]history.Attributes{done}, cmds...),
+		Outcome: &store.Outcome{TaskID: act.ID, Attempt: act.Attempt},
+	}
+}
+
+func eventTypes(t *testing.T, s *postgres.Store, runID string) []string {
+	t.Helper()
+	events, err := s.ListEvents(t.Context(), runID, 0)
+	require.NoError(t, err)
+	types := make([]string, len(events))
+	for i, ev := range events {
+		types[i] = ev.Type()
+	}
+	return types
+}
