@@ -30,6 +30,59 @@ type manyStmt struct {
 	lists   []manyList
 }
 
+// The parts of the statements for many writes that append events, create
+// activity tasks and timers, and say what became ready: commitEventsCTE,
+// commitActivitiesCTE and their readers for the rows of a CTE run with a
+// column ix (the write) and now (its time). The lists they read are
+// manyCommandLists.
+const (
+	manyEventsCTE = `), ev AS (
+    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
+    SELECT run.run_id, run.first_id + e.pos - 1, e.type, e.attrs, run.now
+    FROM unnest(@ev_ix::bigint[], @ev_pos::bigint[], @types::text[], @attrs::jsonb[]) AS e(ix, pos, type, attrs)
+    JOIN run ON run.ix = e.ix
+`
+	manyActivitiesCTE = `), acts AS (
+    INSERT INTO durable_activity_tasks (run_id, seq, activity, queue, input, idempotency_key, options, max_attempts,
+        lease_ms, run_after, created_at, attempt, locked_by, locked_until)
+    SELECT run.run_id, a.seq, a.activity, a.queue, a.input, a.key, a.options, a.max_attempts, a.lease_ms,
+        CASE WHEN a.claim_as = '' THEN a.run_after ELSE run.now + a.lease_ms * interval '1 millisecond' END,
+        run.now,
+        CASE WHEN a.claim_as = '' THEN 0 ELSE 1 END,
+        nullif(a.claim_as, ''),
+        CASE WHEN a.claim_as = '' THEN NULL ELSE run.now + a.lease_ms * interval '1 millisecond' END
+    FROM unnest(@act_ix::bigint[], @act_seq::bigint[], @act_name::text[], @act_queue::text[], @act_input::jsonb[],
+                @act_key::text[], @act_options::jsonb[], @act_max::int[], @act_lease::bigint[], @act_after::timestamptz[],
+                @act_claim::text[])
+         AS a(ix, seq, activity, queue, input, key, options, max_attempts, lease_ms, run_after, claim_as)
+    JOIN run ON run.ix = a.ix
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING run_id, id, seq, queue, run_after, locked_by, locked_until
+), tmr AS (
+    INSERT INTO durable_timers (run_id, seq, queue, fire_at)
+    SELECT run.run_id, t.seq, run.queue, t.fire_at
+    FROM unnest(@timer_ix::bigint[], @timer_seq::bigint[], @timer_at::timestamptz[]) AS t(ix, seq, fire_at)
+    JOIN run ON run.ix = t.ix
+    RETURNING run_id, fire_at
+`
+	// manyReadyColumns end the result row of write i (a row of inp).
+	manyReadyColumns = `
+    (SELECT array_agg(DISTINCT queue) FROM acts WHERE acts.run_id = i.run_id AND run_after <= i.now AND locked_by IS NULL),
+    (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until))
+        FROM acts WHERE acts.run_id = i.run_id AND locked_by IS NOT NULL),
+    (SELECT min(fire_at) FROM tmr WHERE tmr.run_id = i.run_id)
+FROM inp i ORDER BY i.ix`
+)
+
+// manyCommandLists are the lists of manyEventsCTE (the first) and
+// manyActivitiesCTE.
+var manyCommandLists = []manyList{
+	{names: []string{"types", "attrs"}, ix: "ev_ix", pos: "ev_pos", count: "n_events"},
+	{names: []string{"act_seq", "act_name", "act_queue", "act_input", "act_key", "act_options", "act_max", "act_lease",
+		"act_after", "act_claim"}, ix: "act_ix"},
+	{names: []string{"timer_seq", "timer_at"}, ix: "timer_ix"},
+}
+
 // manyList is a group of array arguments of equal length per write.
 type manyList struct {
 	names   []string // the arrays, concatenated

@@ -102,6 +102,70 @@ func TestGroupedFusedStepsShareAStatement(t *testing.T) {
 	require.Equal(t, runs[f], claimed[0].RunID)
 }
 
+// Eager starts that meet in one group are one statement, and each start
+// gets what it would alone: its activity handed off, its timer, and for a
+// second start of one workflow ID, the first's run and ErrConflict.
+func TestGroupedStartsShareAStatement(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := postgres.New(pgtest.Pool(t))
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	fireAt := now.Add(time.Hour)
+	start := func(workflowID string, cmds ...history.Attributes) store.CreateRunParams {
+		runID := uuid.NewString()
+		first := &store.CommitWorkflowTaskParams{RunID: runID, WorkflowID: workflowID, WorkflowQueue: "q",
+			ProcessedEventID: 1, Now: now, Events: cmds}
+		for _, c := range cmds {
+			switch c := c.(type) {
+			case history.ActivityScheduled:
+				first.Activities = append(first.Activities, store.NewActivityTask{Seq: c.Seq, Activity: c.Activity,
+					Queue: c.Queue, IdempotencyKey: runID + ":1", Lease: time.Minute, RunAfter: now, ClaimAs: "w"})
+			case history.TimerStarted:
+				first.Timers = append(first.Timers, store.NewTimer{Seq: c.Seq, FireAt: c.FireAt})
+			}
+		}
+		return store.CreateRunParams{RunID: runID, WorkflowID: workflowID, WorkflowType: "T", Queue: "q",
+			Input: json.RawMessage(`1`), Now: now, First: first}
+	}
+	starts := []store.CreateRunParams{
+		start("order-1", history.ActivityScheduled{Seq: 1, Activity: "A", Queue: "q"}),
+		start("order-2", history.TimerStarted{Seq: 1, FireAt: fireAt}),
+		start("order-1", history.TimerStarted{Seq: 1, FireAt: fireAt}),
+	}
+
+	commit := s.HoldGroup(t)
+	runs := make([]store.Run, len(starts))
+	errs := make([]error, len(starts))
+	var wg sync.WaitGroup
+	for i := range starts {
+		wg.Go(func() { runs[i], errs[i] = s.CreateRun(ctx, starts[i]) })
+	}
+	require.Equal(t, 3, commit(3))
+	wg.Wait()
+
+	// Which of the two order-1 starts came first is the group's order.
+	first, second := 0, 2
+	if errs[first] != nil {
+		first, second = second, first
+	}
+	require.NoError(t, errs[first])
+	require.ErrorIs(t, errs[second], store.ErrConflict)
+	require.Equal(t, starts[first].RunID, runs[second].RunID, "the second start finds the first's run")
+	require.Equal(t, []string{"workflow_started", starts[first].First.Events[0].EventType()},
+		eventTypes(t, s, starts[first].RunID))
+	require.Empty(t, eventTypes(t, s, starts[second].RunID), "nothing of the second start is stored")
+
+	require.NoError(t, errs[1])
+	require.NotNil(t, runs[1].Ready.TimerAt)
+	require.True(t, fireAt.Equal(*runs[1].Ready.TimerAt))
+	require.Empty(t, runs[1].Ready.ActivityTasks)
+	require.Equal(t, []string{"workflow_started", "timer_started"}, eventTypes(t, s, starts[1].RunID))
+	if first == 0 {
+		require.Len(t, runs[0].Ready.ActivityTasks, 1, "activity 1 is claimed for the starter")
+		require.Nil(t, runs[0].Ready.TimerAt)
+	}
+}
+
 // runsWithClaimedActivity starts n runs (workflow IDs wf-0...) whose
 // activity 1 (event 2) is claimed.
 func runsWithClaimedActivity(t *testing.T, s *postgres.Store, now time.Time, n int) ([]string, []store.ActivityTask) {

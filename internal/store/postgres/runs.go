@@ -58,6 +58,33 @@ SELECT (SELECT count(*) FROM run),
     (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until)) FROM acts WHERE locked_by IS NOT NULL),
     (SELECT min(fire_at) FROM tmr)`
 
+// createRunFirstMany is createRunFirstSQL for many eager starts at once (a
+// manyStmt). Two starts of one workflow ID in it behave as one after the
+// other: the second finds the first's run and inserts nothing.
+var createRunFirstMany = &manyStmt{
+	sql: `
+WITH inp AS (
+    SELECT * FROM unnest(@run_id::uuid[], @workflow_id::text[], @workflow_type::text[], @queue::text[], @input::jsonb[],
+        @trace::text[], @now::timestamptz[], @event_type::text[], @event::jsonb[], @n_events::int[])
+        WITH ORDINALITY AS i(run_id, workflow_id, workflow_type, queue, input, trace, now, event_type, event, n, ix)
+), ins AS (
+    INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, processed_event_id,
+        trace_context, created_at, updated_at)
+    SELECT run_id, workflow_id, workflow_type, queue, 'running', input, 2 + n, 1, nullif(trace, ''), now, now
+    FROM inp ORDER BY ix
+    ON CONFLICT (workflow_id) WHERE status = 'running' DO NOTHING
+    RETURNING run_id
+), run AS (
+    SELECT i.ix, i.run_id, i.queue, 2::bigint AS first_id, i.now, i.event_type, i.event FROM ins JOIN inp i ON i.run_id = ins.run_id
+), started AS (
+    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
+    SELECT run_id, 1, event_type, event, now FROM run
+` + manyEventsCTE + manyActivitiesCTE + `)
+SELECT i.ix, (SELECT count(*) FROM run WHERE run.ix = i.ix),` + manyReadyColumns,
+	scalars: []string{"run_id", "workflow_id", "workflow_type", "queue", "input", "trace", "now", "event_type", "event"},
+	lists:   manyCommandLists,
+}
+
 // CreateRun implements store.Store.
 func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
 	started := in.Started()
@@ -141,7 +168,7 @@ func (s *Store) createRunFirst(ctx context.Context, in store.CreateRunParams, ev
 		claimed []claimedActivity
 	)
 	// Under load, eager starts share transactions like steps (group commit).
-	err = s.queryRow(ctx, in.RunID, createRunFirstSQL, args, func(row pgx.Row) error {
+	err = s.queryRowMany(ctx, in.RunID, createRunFirstSQL, createRunFirstMany, args, func(row pgx.Row) error {
 		return row.Scan(&n, &ready.ActivityQueues, &claimed, &ready.TimerAt)
 	})
 	if err != nil {
