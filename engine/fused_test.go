@@ -205,6 +205,34 @@ func runToEnd(ctx context.Context, t *testing.T, e *Engine, wf func(workflow.Con
 	return r
 }
 
+// Result on an engine that does not run (a client), soon after its Start
+// and while the client's LISTEN holds, reads the run once: after its close
+// is announced, not also before it waits.
+func TestClientResultReadsTheRunOnce(t *testing.T) {
+	t.Parallel()
+	worker := fusedEngine(t, &stepCounter{}, &syncbuf.Buffer{})
+	sc := &stepCounter{}
+	client, err := New(worker.pool, Options{
+		Logger: slog.New(slog.DiscardHandler), SkipMigrate: true,
+		wrapStorage: func(s storage) storage { sc.storage = s; return sc },
+	})
+	require.NoError(t, err)
+	require.NoError(t, RegisterWorkflow(client, threeIncrs, WorkflowOptions{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client.hub.acquire() // as another Result waiting here would
+	defer client.hub.release()
+	require.Eventually(t, func() bool {
+		client.hub.mu.Lock()
+		defer client.hub.mu.Unlock()
+		return !client.hub.listening.IsZero()
+	}, 10*time.Second, time.Millisecond, "the client listens")
+
+	c0 := sc.snap()
+	runToEnd(ctx, t, client, threeIncrs, 1, 4)
+	require.Equal(t, 1, sc.snap().runReads-c0.runReads, "one read, of the announced close")
+}
+
 // A run started by an engine that runs it is inserted with its first
 // task's commands, and then, in the cache of the engine that ran its
 // activity, takes each step in one write: the outcome and the next workflow

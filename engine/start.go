@@ -58,9 +58,9 @@ type Run[Out any] struct {
 	// Existing is true when Start found this run already open.
 	Existing bool
 	e        *Engine
-	// since, if set, is when Start began to record this run on a running
-	// engine: Result called soon after may trust the engine's record of
-	// recent closes instead of reading the run first (hub.subscribeSince).
+	// since, if set, is when Start began to record this run: Result called
+	// soon after may trust the engine's record of recent closes instead of
+	// reading the run first (hub.subscribeSince).
 	since time.Time
 }
 
@@ -147,10 +147,11 @@ func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any
 			}
 		}
 	}
-	// A run started here on a running engine: its close, from now on, will
-	// be in the engine's record of recent closes (see Result).
+	// A run started here: its close, from now on, will be in the engine's
+	// record of recent closes if its LISTEN holds (see Result). That holds
+	// for an engine that does not run too, while another Result waits.
 	var since time.Time
-	if !inTx && e.running.Load() {
+	if !inTx {
 		since = time.Now()
 	}
 	r, err := s.CreateRun(ctx, params)
