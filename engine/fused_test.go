@@ -213,7 +213,7 @@ func TestClientResultReadsTheRunOnce(t *testing.T) {
 	worker := fusedEngine(t, &stepCounter{}, &syncbuf.Buffer{})
 	sc := &stepCounter{}
 	client, err := New(worker.pool, Options{
-		Logger: slog.New(slog.DiscardHandler), SkipMigrate: true,
+		Logger: slog.New(slog.DiscardHandler), SkipMigrate: true, PollInterval: time.Hour, // only a notice ends the wait
 		wrapStorage: func(s storage) storage { sc.storage = s; return sc },
 	})
 	require.NoError(t, err)
