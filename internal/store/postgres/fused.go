@@ -117,12 +117,9 @@ func (s *Store) commitFused(ctx context.Context, in store.CommitWorkflowTaskPara
 		kind = 1
 	}
 	args["act_id"], args["act_attempt"], args["fired_seq"] = o.TaskID, o.Attempt, o.TimerSeq
-	sql, many := fusedStepSQL[kind], fusedStepMany
+	sql, many := fusedStepSQL[kind], fusedStepMany[kind]
 	if in.Close != nil {
-		sql, many = fusedCloseSQL[kind], fusedCloseMany
-	}
-	if kind != 0 {
-		many = nil
+		sql, many = fusedCloseSQL[kind], fusedCloseMany[kind]
 	}
 	var (
 		found, ok int
@@ -150,46 +147,73 @@ func (s *Store) commitFused(ctx context.Context, in store.CommitWorkflowTaskPara
 	return claimed, nil
 }
 
-// fusedStepMany and fusedCloseMany are fusedStepSQL[0] and
-// fusedCloseSQL[0] for many runs' activity outcomes at once (a manyStmt):
-// the same locks in the same order (the activity tasks, in write order,
-// then the runs), the same fences per run, one row per write.
-var fusedStepMany, fusedCloseMany *manyStmt
+// fusedStepMany and fusedCloseMany are fusedStepSQL and fusedCloseSQL for
+// many runs at once (manyStmt), [0] for activity outcomes and [1] for
+// timers: the same locks in the same order (the activity tasks, in write
+// order, then the runs; for timers the runs, then the timers), the same
+// fences per run, one row per write.
+var fusedStepMany, fusedCloseMany [2]*manyStmt
 
 func init() {
+	// The parts in which the statements differ: their first lock (act),
+	// whether they close the run (set, cond), and what they consume (done).
 	const input = `
 WITH inp AS (
-    SELECT * FROM unnest(@run_id::uuid[], @act_id::bigint[], @act_attempt::int[], @processed::bigint[],
-        @now::timestamptz[], @n_events::int[]%s)
-        WITH ORDINALITY AS i(run_id, act_id, act_attempt, processed, now, n%s, ix)
-), act AS (
+    SELECT * FROM unnest(@run_id::uuid[], @act_id::bigint[], @act_attempt::int[], @fired_seq::bigint[],
+        @processed::bigint[], @now::timestamptz[], @n_events::int[]%[1]s)
+        WITH ORDINALITY AS i(run_id, act_id, act_attempt, fired_seq, processed, now, n%[2]s, ix)
+), act AS (%[3]s
+), run AS (
+    UPDATE durable_runs r
+    SET next_event_id = r.next_event_id + i.n, processed_event_id = i.processed, updated_at = i.now%[4]s
+    FROM act JOIN inp i ON i.ix = act.ix
+    WHERE r.run_id = act.run_id AND ` + runOpen + ` AND r.next_event_id = i.processed%[5]s
+    RETURNING i.ix, r.run_id, r.queue, r.next_event_id - i.n AS first_id, i.now, i.act_id, i.fired_seq
+), done AS (
+    %[6]s
+` + manyEventsCTE
+	const (
+		activityLock = `
     SELECT i.ix, t.run_id FROM inp i JOIN durable_activity_tasks t
         ON t.id = i.act_id AND t.attempt = i.act_attempt AND t.run_id = i.run_id
     ORDER BY i.ix
-    FOR UPDATE OF t
-), run AS (
-    UPDATE durable_runs r
-    SET next_event_id = r.next_event_id + i.n, processed_event_id = i.processed, updated_at = i.now%s
-    FROM act JOIN inp i ON i.ix = act.ix
-    WHERE r.run_id = act.run_id AND ` + runOpen + ` AND r.next_event_id = i.processed%s
-    RETURNING i.ix, r.run_id, r.queue, r.next_event_id - i.n AS first_id, i.now, i.act_id
-), done AS (
-    DELETE FROM durable_activity_tasks a USING run WHERE a.id = run.act_id
-` + manyEventsCTE
-	const fences = `
+    FOR UPDATE OF t`
+		timerRead = `
+    SELECT i.ix, d.run_id FROM inp i JOIN durable_timers d ON d.run_id = i.run_id AND d.seq = i.fired_seq`
+		activityDone = `DELETE FROM durable_activity_tasks a USING run WHERE a.id = run.act_id`
+		timerDone    = `DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id AND d.seq = run.fired_seq`
+		timersDone   = `DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id`
+		closeSet     = `,
+        status = 'completed', result = i.result, closed_at = i.now`
+		closeCond = `
+      AND NOT EXISTS (SELECT 1 FROM durable_activity_tasks o WHERE o.run_id = r.run_id AND o.id <> i.act_id)`
+		fences = `
 SELECT i.ix, (SELECT count(*) FROM act WHERE act.ix = i.ix), (SELECT count(*) FROM run WHERE run.ix = i.ix),
     (SELECT first_id FROM run WHERE run.ix = i.ix),`
-	step := fmt.Sprintf(input, "", "", "", "") + manyActivitiesCTE + `)` + fences + manyReadyColumns
-	closing := fmt.Sprintf(input, ", @result::jsonb[]", ", result",
-		`,
-        status = 'completed', result = i.result, closed_at = i.now`, `
-      AND NOT EXISTS (SELECT 1 FROM durable_activity_tasks o WHERE o.run_id = r.run_id AND o.id <> i.act_id)`) + `), ctm AS (
-    DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id
-)` + fences + `
+		closeTail = fences + `
     NULL::text[], NULL::json, NULL::timestamptz
 FROM inp i ORDER BY i.ix`
-	scalars := []string{"run_id", "act_id", "act_attempt", "processed", "now"}
-	fusedStepMany = &manyStmt{sql: step, scalars: scalars, lists: manyCommandLists}
-	fusedCloseMany = &manyStmt{sql: closing, scalars: append(scalars[:len(scalars):len(scalars)], "result"),
-		lists: manyCommandLists[:1]}
+	)
+	scalars := []string{"run_id", "act_id", "act_attempt", "fired_seq", "processed", "now"}
+	closeScalars := append(scalars[:len(scalars):len(scalars)], "result")
+	step := func(lock, done string) *manyStmt {
+		return &manyStmt{
+			sql:     fmt.Sprintf(input, "", "", lock, "", "", done) + manyActivitiesCTE + `)` + fences + manyReadyColumns,
+			scalars: scalars, lists: manyCommandLists,
+		}
+	}
+	closing := func(lock, done, also string) *manyStmt {
+		return &manyStmt{
+			sql: fmt.Sprintf(input, ", @result::jsonb[]", ", result", lock, closeSet, closeCond, done) + also + `)` +
+				closeTail,
+			scalars: closeScalars, lists: manyCommandLists[:1],
+		}
+	}
+	fusedStepMany = [2]*manyStmt{step(activityLock, activityDone), step(timerRead, timerDone)}
+	fusedCloseMany = [2]*manyStmt{
+		closing(activityLock, activityDone, `), ctm AS (
+    `+timersDone+`
+`),
+		closing(timerRead, timersDone, ""),
+	}
 }

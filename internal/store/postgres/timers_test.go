@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -303,4 +304,61 @@ func TestFireTimersHandsOverEveryFiringOfTheRun(t *testing.T) {
 		require.Equal(t, ev.ID, tasks[0].Events[i].ID)
 		require.Equal(t, ev.Attributes, tasks[0].Events[i].Attributes)
 	}
+}
+
+// Fused wakes of many runs that meet in one group are one statement for
+// the steps and one for the closes, and each run gets what its own
+// statement would have given it.
+func TestGroupedFusedWakesShareAStatement(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := postgres.New(pgtest.Pool(t))
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	due := base.Add(time.Second)
+	due2 := due.Add(time.Second)
+	runs := make([]string, 4)
+	for i := range runs {
+		runs[i] = sleepingRun(t, s, "Mine", "q", base, due)
+	}
+	const a, b, c, d = 0, 1, 2, 3
+	commits := []store.CommitWorkflowTaskParams{
+		a: fusedWake(runs[a], due, history.TimerStarted{Seq: 2, FireAt: due2}),
+		b: fusedWakeCloses(runs[b], due, `1`),
+		c: fusedWake(runs[c], due),
+		d: fusedWakeCloses(runs[d], due, `2`),
+	}
+	commits[a].Timers = []store.NewTimer{{Seq: 2, FireAt: due2}}
+	commits[c].Outcome = &store.Outcome{TimerSeq: 9}
+	commits[d].Outcome = &store.Outcome{TimerSeq: 9}
+
+	commit := s.HoldGroup(t)
+	ready := make([]store.Ready, len(commits))
+	errs := make([]error, len(commits))
+	var wg sync.WaitGroup
+	for i := range commits {
+		wg.Go(func() { ready[i], errs[i] = s.CommitWorkflowTask(ctx, commits[i]) })
+	}
+	require.Equal(t, 4, commit(4), "two steps in one statement, two closes in another")
+	wg.Wait()
+
+	require.NoError(t, errs[a])
+	require.EqualValues(t, 3, ready[a].FirstEventID)
+	require.NotNil(t, ready[a].TimerAt)
+	require.True(t, due2.Equal(*ready[a].TimerAt))
+	require.Equal(t, []string{"workflow_started", "timer_started", "timer_fired", "timer_started"}, eventTypes(t, s, runs[a]))
+	require.NoError(t, errs[b])
+	require.Equal(t, runs[b], ready[b].ClosedRun)
+	run, err := s.GetRun(ctx, runs[b])
+	require.NoError(t, err)
+	require.Equal(t, store.StatusCompleted, run.Status)
+	require.JSONEq(t, `1`, string(run.Result))
+	for _, i := range []int{c, d} {
+		require.ErrorIs(t, errs[i], store.ErrRunMoved, "run %d has no timer 9", i)
+		require.Len(t, eventTypes(t, s, runs[i]), 2, "nothing appended")
+	}
+
+	// Timer 1 of a and b went with their wakes; c's and d's are still due.
+	fired, err := s.FireTimers(ctx, due, 10)
+	require.NoError(t, err)
+	require.Equal(t, 2, fired.Count)
 }
