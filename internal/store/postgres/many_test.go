@@ -166,6 +166,68 @@ func TestGroupedStartsShareAStatement(t *testing.T) {
 	}
 }
 
+// Plain steps (workflow tasks claimed from the queue) that meet in one
+// group are one statement, and each gets what it would alone: its events,
+// its activity queued or handed off, its refusal, and its task made ready
+// again when events arrived while it ran.
+func TestGroupedStepsShareAStatement(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := postgres.New(pgtest.Pool(t))
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 4 {
+		_, err := s.CreateRun(ctx, store.CreateRunParams{RunID: uuid.NewString(), WorkflowID: fmt.Sprintf("wf-%d", i),
+			WorkflowType: "T", Queue: "q", Input: json.RawMessage(`1`), Now: now})
+		require.NoError(t, err)
+	}
+	tasks, err := s.ClaimWorkflowTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 4, Now: now, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, tasks, 4)
+	const a, b, c, d = 0, 1, 2, 3
+	_, err = s.SignalRun(ctx, store.SignalParams{WorkflowID: tasks[d].WorkflowID, Now: now}, history.SignalReceived{Name: "s"})
+	require.NoError(t, err, "run d gets event 2 while its task runs")
+	commits := make([]store.CommitWorkflowTaskParams, 4)
+	for i, wt := range tasks {
+		commits[i] = store.CommitWorkflowTaskParams{RunID: wt.RunID, Token: wt.Token, ProcessedEventID: 1, Now: now,
+			Events: []history.Attributes{history.ActivityScheduled{Seq: 1, Activity: "A", Queue: "q"}},
+			Activities: []store.NewActivityTask{{Seq: 1, Activity: "A", Queue: "q", IdempotencyKey: wt.RunID + ":1",
+				Lease: time.Minute, RunAfter: now}}}
+	}
+	commits[b].Activities[0].ClaimAs = "w"
+	commits[c].Token++
+
+	commit := s.HoldGroup(t)
+	ready := make([]store.Ready, len(commits))
+	errs := make([]error, len(commits))
+	var wg sync.WaitGroup
+	for i := range commits {
+		wg.Go(func() { ready[i], errs[i] = s.CommitWorkflowTask(ctx, commits[i]) })
+	}
+	require.Equal(t, 4, commit(4))
+	wg.Wait()
+
+	require.NoError(t, errs[a])
+	require.EqualValues(t, 2, ready[a].FirstEventID)
+	require.Equal(t, []string{"q"}, ready[a].ActivityQueues)
+	require.Empty(t, ready[a].WorkflowQueues, "its task is done")
+	require.NoError(t, errs[b])
+	require.Empty(t, ready[b].ActivityQueues)
+	require.Len(t, ready[b].ActivityTasks, 1, "activity 1 is claimed for the writer")
+	require.ErrorIs(t, errs[c], store.ErrLeaseLost)
+	require.Equal(t, []string{"workflow_started"}, eventTypes(t, s, tasks[c].RunID), "nothing appended")
+	require.NoError(t, errs[d])
+	require.EqualValues(t, 3, ready[d].FirstEventID, "after the signal")
+	require.Equal(t, []string{"q"}, ready[d].WorkflowQueues, "the signal makes its task ready again")
+	require.Equal(t, []string{"workflow_started", "signal_received", "activity_scheduled"}, eventTypes(t, s, tasks[d].RunID))
+
+	later := now.Add(2 * time.Minute) // c's claim has run out by then
+	again, err := s.ClaimWorkflowTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 4, Now: later, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, again, 2)
+	require.ElementsMatch(t, []string{tasks[c].RunID, tasks[d].RunID}, []string{again[0].RunID, again[1].RunID},
+		"a's and b's tasks are done")
+}
+
 // runsWithClaimedActivity starts n runs (workflow IDs wf-0...) whose
 // activity 1 (event 2) is claimed.
 func runsWithClaimedActivity(t *testing.T, s *postgres.Store, now time.Time, n int) ([]string, []store.ActivityTask) {

@@ -237,6 +237,46 @@ func ceilMicrosecond(t time.Time) time.Time {
 // commitArgs is the most arguments a commit statement takes.
 const commitArgs = 48
 
+// commitStepMany is commitStepSQL for many runs at once (a manyStmt): the
+// same locks in the same order (the workflow tasks, in write order, then
+// the runs), the same fence per run, one row per write.
+var commitStepMany = &manyStmt{
+	sql: `
+WITH inp AS (
+    SELECT * FROM unnest(@run_id::uuid[], @token::bigint[], @processed::bigint[], @now::timestamptz[], @n_events::int[])
+        WITH ORDINALITY AS i(run_id, token, processed, now, n, ix)
+), lock AS (
+    SELECT i.ix, t.run_id FROM inp i JOIN durable_workflow_tasks t ON t.run_id = i.run_id AND t.token = i.token
+    ORDER BY i.ix
+    FOR UPDATE OF t
+), run AS (
+    UPDATE durable_runs r
+    SET next_event_id = r.next_event_id + i.n, processed_event_id = i.processed, updated_at = i.now
+    FROM lock JOIN inp i ON i.ix = lock.ix
+    WHERE r.run_id = lock.run_id AND ` + runOpen + `
+    RETURNING i.ix, r.run_id, r.queue, r.next_event_id - i.n AS first_id, i.now, i.processed
+` + manyEventsCTE + manyActivitiesCTE + `), del AS (
+    DELETE FROM durable_workflow_tasks t USING run
+    WHERE t.run_id = run.run_id AND run.first_id = run.processed + 1
+), rel AS (
+    UPDATE durable_workflow_tasks t
+    SET locked_by = NULL, locked_until = NULL, run_after = run.now, attempts = 0, last_error = NULL,
+        token = nextval('durable_task_token')
+    FROM run
+    WHERE t.run_id = run.run_id AND run.first_id <> run.processed + 1
+    RETURNING t.run_id, t.queue
+)
+SELECT i.ix, (SELECT count(*) FROM run WHERE run.ix = i.ix), (SELECT first_id FROM run WHERE run.ix = i.ix),
+    (SELECT array_agg(DISTINCT queue) FROM acts WHERE acts.run_id = i.run_id AND run_after <= i.now AND locked_by IS NULL),
+    (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until))
+        FROM acts WHERE acts.run_id = i.run_id AND locked_by IS NOT NULL),
+    (SELECT queue FROM rel WHERE rel.run_id = i.run_id),
+    NULL::timestamptz
+FROM inp i ORDER BY i.ix`,
+	scalars: []string{"run_id", "token", "processed", "now"},
+	lists:   manyCommandLists,
+}
+
 // CommitWorkflowTask implements store.Store.
 func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowTaskParams) (store.Ready, error) {
 	var ready store.Ready
@@ -307,11 +347,11 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 			return s.WithTx(tx).familyEffects(ctx, in, &ready)
 		})
 	} else {
-		sql := commitWorkflowTaskSQL
+		sql, many := commitWorkflowTaskSQL, (*manyStmt)(nil)
 		if in.IsStep() {
-			sql = commitStepSQL
+			sql, many = commitStepSQL, commitStepMany
 		}
-		err = s.queryRow(ctx, in.RunID, sql, args, scan)
+		err = s.queryRowMany(ctx, in.RunID, sql, many, args, scan)
 	}
 	if err != nil {
 		return ready, fmt.Errorf("commit workflow task of run %s: %w", in.RunID, translate(err))
