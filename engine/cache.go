@@ -3,6 +3,7 @@ package engine
 import (
 	"container/list"
 	"sync"
+	"time"
 
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/wfexec"
@@ -22,6 +23,7 @@ type runCache struct {
 type cacheEntry struct {
 	task store.WorkflowTask // the run's last task: what the run is
 	x    wfexec.Executor
+	wake time.Time // when the run, which waits on timers only, wakes; zero if unknown
 }
 
 func newRunCache(size int) *runCache {
@@ -42,31 +44,51 @@ func (c *runCache) take(runID string) (wfexec.Executor, store.WorkflowTask) {
 	return ent.x, ent.task
 }
 
-// put stores the executor of task t's run, closing whatever it pushes out.
-func (c *runCache) put(t store.WorkflowTask, x wfexec.Executor) {
+// put stores the executor of task t's run, closing whatever it pushes out,
+// and reports whether it kept it. wake, if set, is when the run (which
+// waits on timers only) wakes.
+//
+// A full cache pushes out its least recently used run, unless both that run
+// and this one are asleep and that one wakes first: then it keeps that one
+// and closes x. Runs that sleep for the same time go to sleep in the order
+// they wake, so pushing out the least recently used one pushed out the run
+// due next, every time: with 6% more sleepers than room (W3 at 20,000
+// runs), nearly every run was evicted shortly before its wake and replayed
+// (lateness p99 4.3 s against 0.1 s with room for all). Keeping the earliest
+// wakes leaves only the overflow to replay.
+func (c *runCache) put(t store.WorkflowTask, x wfexec.Executor, wake time.Time) bool {
 	runID := t.RunID
 	if c.size <= 0 {
 		x.Close()
-		return
+		return false
 	}
 	var evicted []wfexec.Executor
 	c.mu.Lock()
 	if el, ok := c.byRun[runID]; ok { // cannot happen while tasks take first; be safe
 		evicted = append(evicted, el.Value.(*cacheEntry).x)
 		c.order.Remove(el)
+		delete(c.byRun, runID)
 	}
-	c.byRun[runID] = c.order.PushFront(&cacheEntry{task: t, x: x})
-	for c.order.Len() > c.size {
+	for c.order.Len() >= c.size {
 		el := c.order.Back()
 		e := el.Value.(*cacheEntry)
+		if !wake.IsZero() && !e.wake.IsZero() && !e.wake.After(wake) {
+			c.mu.Unlock()
+			for _, x := range append(evicted, x) {
+				x.Close()
+			}
+			return false
+		}
 		c.order.Remove(el)
 		delete(c.byRun, e.task.RunID)
 		evicted = append(evicted, e.x)
 	}
+	c.byRun[runID] = c.order.PushFront(&cacheEntry{task: t, x: x, wake: wake})
 	c.mu.Unlock()
 	for _, x := range evicted {
 		x.Close()
 	}
+	return true
 }
 
 // clear closes every cached executor.

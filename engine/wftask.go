@@ -233,8 +233,17 @@ func (e *Engine) keepCached(t store.WorkflowTask, x wfexec.Executor, commit stor
 		return
 	}
 	t.Events = nil
-	e.cache.put(t, x)
-	e.wakes.push(soon)
+	var wake time.Time // the earliest of the soon timers of a run that only sleeps
+	if x.OnlyTimers() {
+		for _, w := range soon {
+			if wake.IsZero() || w.at.Before(wake) {
+				wake = w.at
+			}
+		}
+	}
+	if e.cache.put(t, x, wake) {
+		e.wakes.push(soon)
+	}
 }
 
 // warnLongHistory warns (log and metric) when a task took the run's history
