@@ -169,15 +169,23 @@ func (g *grouper) commit(batch []*groupReq) {
 	}
 	planned := false
 	for _, m := range kinds {
-		if reqs := same[m]; len(reqs) == 1 {
-			b.Queue(reqs[0].sql, reqs[0].args).QueryRow(reqs[0].scan)
-		} else {
-			if !planned { // after the single writes: the settings hold to the end
-				b.Queue(indexPlans)
-				planned = true
-			}
-			b.Queue(m.sql, m.args(reqs)).Query(m.scanEach(reqs))
+		reqs := same[m]
+		var args namedArgs
+		if len(reqs) > 1 {
+			args, _ = m.args(reqs) // arguments that do not merge (a bug) go one by one
 		}
+		if args == nil {
+			for _, r := range reqs {
+				b.Queue(r.sql, r.args).QueryRow(r.scan)
+			}
+			delete(same, m)
+			continue
+		}
+		if !planned { // after the single writes: the settings hold to the end
+			b.Queue(indexPlans)
+			planned = true
+		}
+		b.Queue(m.sql, args).Query(m.scanEach(reqs))
 	}
 	err := g.s.pool.SendBatch(ctx, b).Close()
 	if err == nil {

@@ -90,13 +90,11 @@ type manyList struct {
 	count   string   // if set, the argument that carries each write's length
 }
 
-// elements is the length of a write's arrays.
-func (l manyList) elements(args namedArgs) int {
-	return reflect.ValueOf(args[l.names[0]]).Len()
-}
 
-// args merges the arguments of the writes, in order.
-func (m *manyStmt) args(reqs []*groupReq) namedArgs {
+// args merges the arguments of the writes, in order. It fails, and the
+// writes go one by one, if a list's arrays are not slices of one type and of
+// one length per write: merged, they would pair up the wrong elements.
+func (m *manyStmt) args(reqs []*groupReq) (namedArgs, error) {
 	out := make(namedArgs, len(m.scalars)+4*len(m.lists))
 	for _, name := range m.scalars {
 		v := make([]any, len(reqs))
@@ -106,9 +104,21 @@ func (m *manyStmt) args(reqs []*groupReq) namedArgs {
 		out[name] = v
 	}
 	for _, l := range m.lists {
+		lens := make([]int, len(reqs))
 		total := 0
-		for _, r := range reqs {
-			total += l.elements(r.args)
+		for i, r := range reqs {
+			for j, name := range l.names {
+				v := reflect.ValueOf(r.args[name])
+				if v.Kind() != reflect.Slice {
+					return nil, fmt.Errorf("postgres store: argument @%s is %T, not a slice", name, r.args[name])
+				}
+				if j == 0 {
+					lens[i] = v.Len()
+				} else if v.Len() != lens[i] {
+					return nil, fmt.Errorf("postgres store: argument @%s has %d elements, @%s %d", name, v.Len(), l.names[0], lens[i])
+				}
+			}
+			total += lens[i]
 		}
 		ix, pos := make([]int64, 0, total), []int64(nil)
 		if l.pos != "" {
@@ -118,8 +128,7 @@ func (m *manyStmt) args(reqs []*groupReq) namedArgs {
 		if l.count != "" {
 			count = make([]int32, len(reqs))
 		}
-		for i, r := range reqs {
-			n := l.elements(r.args)
+		for i, n := range lens {
 			for p := range n {
 				ix = append(ix, int64(i+1))
 				if pos != nil {
@@ -138,18 +147,19 @@ func (m *manyStmt) args(reqs []*groupReq) namedArgs {
 			out[l.count] = count
 		}
 		for _, name := range l.names {
-			var all reflect.Value
-			for _, r := range reqs {
+			all := reflect.ValueOf(reqs[0].args[name])
+			all = reflect.AppendSlice(reflect.MakeSlice(all.Type(), 0, total), all)
+			for _, r := range reqs[1:] {
 				v := reflect.ValueOf(r.args[name])
-				if !all.IsValid() {
-					all = reflect.MakeSlice(v.Type(), 0, total)
+				if v.Type() != all.Type() {
+					return nil, fmt.Errorf("postgres store: argument @%s is %s and %s", name, all.Type(), v.Type())
 				}
 				all = reflect.AppendSlice(all, v)
 			}
 			out[name] = all.Interface()
 		}
 	}
-	return out
+	return out, nil
 }
 
 // scanEach gives each write its row of the statement's result.
