@@ -30,11 +30,10 @@ type manyStmt struct {
 	lists   []manyList
 }
 
-// The parts of the statements for many writes that append events, create
-// activity tasks and timers, and say what became ready: commitEventsCTE,
-// commitActivitiesCTE and their readers for the rows of a CTE run with a
-// column ix (the write) and now (its time). The lists they read are
-// manyCommandLists.
+// The parts the statements for many writes share: commitEventsCTE and
+// commitActivitiesCTE (with the timers) for the rows of a CTE run that has
+// the columns ix (the write) and now (its time), and the result columns that
+// say what became ready. The lists they read are manyCommandLists.
 const (
 	manyEventsCTE = `), ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
@@ -89,7 +88,6 @@ type manyList struct {
 	ix, pos string   // the arguments that carry each element's write and (if set) position
 	count   string   // if set, the argument that carries each write's length
 }
-
 
 // args merges the arguments of the writes, in order. It fails, and the
 // writes go one by one, if a list's arrays are not slices of one type and of

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -51,15 +52,8 @@ func TestGroupedFusedStepsShareAStatement(t *testing.T) {
 	commits[f].Activities = []store.NewActivityTask{{Seq: 2, Activity: "A", Queue: "q", IdempotencyKey: runs[f] + ":2",
 		Lease: time.Minute, RunAfter: now}}
 
-	commit := s.HoldGroup(t)
-	ready := make([]store.Ready, len(commits))
-	errs := make([]error, len(commits))
-	var wg sync.WaitGroup
-	for i := range commits {
-		wg.Go(func() { ready[i], errs[i] = s.CommitWorkflowTask(ctx, commits[i]) })
-	}
-	require.Equal(t, 6, commit(6), "four steps in one statement, two closes in another")
-	wg.Wait()
+	ready, errs, merged := together(t, s, commits, s.CommitWorkflowTask)
+	require.Equal(t, 6, merged, "four steps in one statement, two closes in another")
 
 	require.NoError(t, errs[a])
 	require.EqualValues(t, 3, ready[a].FirstEventID)
@@ -107,7 +101,6 @@ func TestGroupedFusedStepsShareAStatement(t *testing.T) {
 // second start of one workflow ID, the first's run and ErrConflict.
 func TestGroupedStartsShareAStatement(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	s := postgres.New(pgtest.Pool(t))
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	fireAt := now.Add(time.Hour)
@@ -133,15 +126,8 @@ func TestGroupedStartsShareAStatement(t *testing.T) {
 		start("order-1", history.TimerStarted{Seq: 1, FireAt: fireAt}),
 	}
 
-	commit := s.HoldGroup(t)
-	runs := make([]store.Run, len(starts))
-	errs := make([]error, len(starts))
-	var wg sync.WaitGroup
-	for i := range starts {
-		wg.Go(func() { runs[i], errs[i] = s.CreateRun(ctx, starts[i]) })
-	}
-	require.Equal(t, 3, commit(3))
-	wg.Wait()
+	runs, errs, merged := together(t, s, starts, s.CreateRun)
+	require.Equal(t, 3, merged)
 
 	// Which of the two order-1 starts came first is the group's order.
 	first, second := 0, 2
@@ -196,15 +182,8 @@ func TestGroupedStepsShareAStatement(t *testing.T) {
 	commits[b].Activities[0].ClaimAs = "w"
 	commits[c].Token++
 
-	commit := s.HoldGroup(t)
-	ready := make([]store.Ready, len(commits))
-	errs := make([]error, len(commits))
-	var wg sync.WaitGroup
-	for i := range commits {
-		wg.Go(func() { ready[i], errs[i] = s.CommitWorkflowTask(ctx, commits[i]) })
-	}
-	require.Equal(t, 4, commit(4))
-	wg.Wait()
+	ready, errs, merged := together(t, s, commits, s.CommitWorkflowTask)
+	require.Equal(t, 4, merged)
 
 	require.NoError(t, errs[a])
 	require.EqualValues(t, 2, ready[a].FirstEventID)
@@ -226,6 +205,22 @@ func TestGroupedStepsShareAStatement(t *testing.T) {
 	require.Len(t, again, 2)
 	require.ElementsMatch(t, []string{tasks[c].RunID, tasks[d].RunID}, []string{again[0].RunID, again[1].RunID},
 		"a's and b's tasks are done")
+}
+
+// together runs write for each of ins at once on s, held until all are
+// submitted and then committed as one group. It returns their results and
+// how many of them statements for many writes did.
+func together[In, Out any](t *testing.T, s *postgres.Store, ins []In, write func(context.Context, In) (Out, error)) ([]Out, []error, int) {
+	t.Helper()
+	commit := s.HoldGroup(t)
+	outs, errs := make([]Out, len(ins)), make([]error, len(ins))
+	var wg sync.WaitGroup
+	for i := range ins {
+		wg.Go(func() { outs[i], errs[i] = write(t.Context(), ins[i]) })
+	}
+	merged := commit(len(ins))
+	wg.Wait()
+	return outs, errs, merged
 }
 
 // runsWithClaimedActivity starts n runs (workflow IDs wf-0...) whose

@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"encoding/json"
-	"sync"
 	"testing"
 	"time"
 
@@ -331,15 +330,8 @@ func TestGroupedFusedWakesShareAStatement(t *testing.T) {
 	commits[c].Outcome = &store.Outcome{TimerSeq: 9}
 	commits[d].Outcome = &store.Outcome{TimerSeq: 9}
 
-	commit := s.HoldGroup(t)
-	ready := make([]store.Ready, len(commits))
-	errs := make([]error, len(commits))
-	var wg sync.WaitGroup
-	for i := range commits {
-		wg.Go(func() { ready[i], errs[i] = s.CommitWorkflowTask(ctx, commits[i]) })
-	}
-	require.Equal(t, 4, commit(4), "two steps in one statement, two closes in another")
-	wg.Wait()
+	ready, errs, merged := together(t, s, commits, s.CommitWorkflowTask)
+	require.Equal(t, 4, merged, "two steps in one statement, two closes in another")
 
 	require.NoError(t, errs[a])
 	require.EqualValues(t, 3, ready[a].FirstEventID)
