@@ -36,7 +36,10 @@ type Options struct {
 	// WorkerID names this engine's claims. Default host:pid:random.
 	WorkerID string
 	// CacheSize is how many live runs the workflow cache keeps, so that a
-	// step costs O(new events), not a replay. Default 10,000.
+	// step costs O(new events), not a replay. A run that sleeps for less than
+	// 30 seconds stays in it. A full cache pushes out the least recently
+	// used run, but between two sleeping runs keeps the one that wakes
+	// first. Default 10,000.
 	CacheSize int
 	// WorkflowTaskLease is how long a workflow task claim holds before
 	// another worker may take the task. Default 30s.
