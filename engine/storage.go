@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/store/postgres"
@@ -44,3 +45,11 @@ type pgStorage struct{ *postgres.Store }
 func (s pgStorage) WithTx(tx pgx.Tx) storage { return pgStorage{s.Store.WithTx(tx)} }
 
 var _ storage = pgStorage{}
+
+// newStore is the Postgres store as opts configure it: overlapping starts
+// share commits up to CommitGroupSize, as steps do while the engine runs.
+func newStore(pool *pgxpool.Pool, opts Options) *postgres.Store {
+	s := postgres.New(pool)
+	s.GroupStarts(opts.CommitGroupSize)
+	return s
+}

@@ -26,3 +26,26 @@ func (s *Store) HoldGroup(t *testing.T) (commit func(n int) (merged int)) {
 		return int(g.merged.Load() - before)
 	}
 }
+
+// HoldStarts turns start grouping on for s (at most max per statement) as
+// if a start were in flight: starts wait until the returned release, once
+// n are waiting, commits them as the combiner would. release returns how
+// many of them statements for many starts did.
+func (s *Store) HoldStarts(t *testing.T, max int) (release func(n int) (merged int)) {
+	s.GroupStarts(max)
+	c := s.starts
+	c.busy = true
+	state := func() (pending int, busy bool) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.pending), c.busy
+	}
+	return func(n int) int {
+		require.Eventually(t, func() bool { p, _ := state(); return p == n }, 10*time.Second, time.Millisecond,
+			"%d starts waiting", n)
+		c.next()
+		require.Eventually(t, func() bool { _, busy := state(); return !busy }, 10*time.Second, time.Millisecond,
+			"the starts committed")
+		return int(c.g.merged.Load())
+	}
+}

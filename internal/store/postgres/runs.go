@@ -34,6 +34,44 @@ SELECT count(*), count(CASE WHEN @notify THEN pg_notify('durable', 'w:' || queue
     coalesce((SELECT token FROM task), 0)
 FROM run`
 
+// createRunMany is createRunSQL for many starts at once (a manyStmt). Two
+// starts of one workflow ID in it behave as one after the other: the
+// second finds the first's run and inserts nothing.
+var createRunMany = &manyStmt{
+	sql: `
+WITH inp AS (
+    SELECT * FROM unnest(@run_id::uuid[], @workflow_id::text[], @workflow_type::text[], @queue::text[], @input::jsonb[],
+        @trace::text[], @now::timestamptz[], @event_type::text[], @event::jsonb[], @claim_as::text[], @until::timestamptz[],
+        @notify::bool[])
+        WITH ORDINALITY AS i(run_id, workflow_id, workflow_type, queue, input, trace, now, event_type, event, claim_as,
+            until, notify, ix)
+), run AS (
+    INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, trace_context,
+        created_at, updated_at)
+    SELECT run_id, workflow_id, workflow_type, queue, 'running', input, 2, nullif(trace, ''), now, now
+    FROM inp ORDER BY ix
+    ON CONFLICT (workflow_id) WHERE status = 'running' DO NOTHING
+    RETURNING run_id
+), ev AS (
+    INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
+    SELECT i.run_id, 1, i.event_type, i.event, i.now FROM run JOIN inp i ON i.run_id = run.run_id
+), task AS (
+    INSERT INTO durable_workflow_tasks (run_id, queue, run_after, locked_by, locked_until, token)
+    SELECT i.run_id, i.queue, CASE WHEN i.claim_as = '' THEN i.now ELSE i.until END,
+        nullif(i.claim_as, ''), CASE WHEN i.claim_as = '' THEN NULL ELSE i.until END,
+        CASE WHEN i.claim_as = '' THEN 0 ELSE nextval('durable_task_token') END
+    FROM run JOIN inp i ON i.run_id = run.run_id
+    RETURNING run_id, token
+)
+SELECT i.ix, count(run.run_id),
+    count(CASE WHEN i.notify AND run.run_id IS NOT NULL THEN pg_notify('durable', 'w:' || i.queue) END),
+    coalesce(max(task.token), 0)
+FROM inp i LEFT JOIN run ON run.run_id = i.run_id LEFT JOIN task ON task.run_id = i.run_id
+GROUP BY i.ix ORDER BY i.ix`,
+	scalars: []string{"run_id", "workflow_id", "workflow_type", "queue", "input", "trace", "now", "event_type", "event",
+		"claim_as", "until", "notify"},
+}
+
 // createRunFirstSQL is createRunSQL for an eager start: the run comes with
 // the events, activities and timers of its first workflow task, and no task.
 const createRunFirstSQL = `
@@ -97,7 +135,9 @@ func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.
 	}
 	var n, notes int
 	var token int64
-	err = s.db.QueryRow(ctx, createRunSQL, namedArgs{
+	// Starts made at once from many goroutines share statements and
+	// commits (see Store.GroupStarts).
+	err = s.startRun(ctx, in.WorkflowID, namedArgs{
 		"notify":        in.Notify,
 		"claim_as":      in.ClaimAs,
 		"until":         in.Now.Add(in.Lease),
@@ -110,7 +150,7 @@ func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.
 		"now":           in.Now,
 		"event_type":    started.EventType(),
 		"event":         string(attrs),
-	}).Scan(&n, &notes, &token)
+	}, func(row pgx.Row) error { return row.Scan(&n, &notes, &token) })
 	if err != nil {
 		return store.Run{}, fmt.Errorf("create run: %w", translate(err))
 	}

@@ -29,9 +29,10 @@ type dbtx interface {
 
 // Store is the PostgreSQL store.
 type Store struct {
-	db    dbtx
-	pool  *pgxpool.Pool
-	group *atomic.Pointer[grouper] // shared by the copies WithTx makes
+	db     dbtx
+	pool   *pgxpool.Pool
+	group  *atomic.Pointer[grouper] // shared by the copies WithTx makes
+	starts *combiner                // see GroupStarts
 }
 
 var _ store.Store = (*Store)(nil)
@@ -44,7 +45,7 @@ func New(pool *pgxpool.Pool) *Store {
 // WithTx returns a store whose writes happen inside tx: they commit or roll
 // back with the caller's transaction.
 func (s *Store) WithTx(tx pgx.Tx) *Store {
-	return &Store{db: tx, pool: s.pool, group: s.group}
+	return &Store{db: tx, pool: s.pool, group: s.group, starts: s.starts}
 }
 
 // Pool returns the pool the store was made with.
