@@ -49,7 +49,10 @@
 // goroutine, before the insert, and records the run together with the
 // activities and timers that task scheduled; the activities start on this
 // engine's free slots at once. A first task that starts children, closes the
-// run or fails leaves the run to start the ordinary way. It is idempotent
+// run or fails leaves the run to start the ordinary way. Starts that
+// overlap, from many goroutines of one process, share a transaction (up to
+// [Options].CommitGroupSize; an idle engine commits each at once), also in
+// an engine that never runs. It is idempotent
 // by workflow ID ([StartOptions].ID): while a
 // run with the ID is open, Start returns that run, with Run.Existing set,
 // and ignores the new input; with [StartOptions].RejectIfRunning it returns
