@@ -51,6 +51,13 @@ func TestClusterStopStartTerminate(t *testing.T) {
 	conn, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
+	// exec's last connection is closed, but its backend may still be on
+	// its way out: wait until this one is the only one.
+	require.Eventually(t, func() bool {
+		var open int
+		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = 'probe'").Scan(&open)
+		return err == nil && open == 1
+	}, 10*time.Second, 5*time.Millisecond, "the earlier connections to probe have gone")
 	n, err := c.TerminateBackends(ctx, "probe", 0)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "one connection to probe was open")
