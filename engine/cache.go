@@ -44,6 +44,14 @@ func (c *runCache) take(runID string) (wfexec.Executor, store.WorkflowTask) {
 	return ent.x, ent.task
 }
 
+// has reports whether the run's executor is in the cache.
+func (c *runCache) has(runID string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.byRun[runID]
+	return ok
+}
+
 // put stores the executor of task t's run, closing whatever it pushes out,
 // and reports whether it kept it. wake, if set, is when the run (which
 // waits on timers only) wakes.

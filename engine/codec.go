@@ -361,6 +361,18 @@ func (s codecStorage) ListEvents(ctx context.Context, runID string, afterID int6
 	return events, nil
 }
 
+// ListEventsOfRuns leaves out the runs whose events do not decode: their
+// tasks read their own history and meet the error there.
+func (s codecStorage) ListEventsOfRuns(ctx context.Context, runIDs []string) (map[string][]history.Event, error) {
+	byRun, err := s.storage.ListEventsOfRuns(ctx, runIDs)
+	for runID, events := range byRun {
+		if s.decodeEvents(runID, events) != nil {
+			delete(byRun, runID)
+		}
+	}
+	return byRun, err
+}
+
 // ClaimWorkflowTasks drops the events of a task that do not decode: the
 // worker then reads the run's history, meets the error there and fails the
 // task with it, for all to see, until a worker with the right codec runs it.

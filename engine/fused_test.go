@@ -34,6 +34,7 @@ type stepCounts struct {
 	fused, refused int // fused commits that took effect, and refused
 	resolves       int // activity outcomes recorded on their own
 	reads          int // history reads
+	batchReads     int // reads of the histories of many runs
 	eager          int // runs inserted with their first task
 	woken          int // tasks a timer fire handed over
 	claimed        int // workflow tasks claimed from the queue
@@ -87,6 +88,11 @@ func (s *stepCounter) ResolveActivity(ctx context.Context, in store.ResolveActiv
 func (s *stepCounter) ListEvents(ctx context.Context, runID string, afterID int64) ([]history.Event, error) {
 	s.count(func(n *stepCounts) { n.reads++ })
 	return s.storage.ListEvents(ctx, runID, afterID)
+}
+
+func (s *stepCounter) ListEventsOfRuns(ctx context.Context, runIDs []string) (map[string][]history.Event, error) {
+	s.count(func(n *stepCounts) { n.batchReads++ })
+	return s.storage.ListEventsOfRuns(ctx, runIDs)
 }
 
 func (s *stepCounter) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (timer.Fired, []store.WorkflowTask, error) {
@@ -231,6 +237,44 @@ func TestClientResultReadsTheRunOnce(t *testing.T) {
 	c0 := sc.snap()
 	runToEnd(ctx, t, client, threeIncrs, 1, 4)
 	require.Equal(t, 1, sc.snap().runReads-c0.runReads, "one read, of the announced close")
+}
+
+// The histories of the runs a claim takes that are not cached are read in
+// one statement, not one per task.
+func TestClaimReadsHistoriesTogether(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	client, err := New(pool, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.NoError(t, RegisterWorkflow(client, threeIncrs, WorkflowOptions{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	runs := make([]*Run[int], 6)
+	for i := range runs {
+		runs[i], err = Start(ctx, client, threeIncrs, i, StartOptions{})
+		require.NoError(t, err)
+	}
+
+	sc := &stepCounter{}
+	worker, err := New(pool, Options{Logger: slog.New(slog.DiscardHandler), SkipMigrate: true,
+		wrapStorage: func(s storage) storage { sc.storage = s; return sc }})
+	require.NoError(t, err)
+	require.NoError(t, RegisterWorkflow(worker, threeIncrs, WorkflowOptions{}))
+	require.NoError(t, RegisterActivity(worker, incr, activity.Options{}))
+	wctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- worker.Run(wctx) }()
+	defer func() { stop(); require.NoError(t, <-done) }()
+
+	for i, r := range runs {
+		got, err := r.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, i+3, got)
+	}
+	n := sc.snap()
+	require.Equal(t, len(runs), n.claimed, "one claim took the six first tasks")
+	require.Equal(t, 1, n.batchReads)
+	require.Zero(t, n.reads, "no task read its own history")
 }
 
 // A run started by an engine that runs it is inserted with its first

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/store/postgres"
 	"github.com/durable-go/durable/timer"
@@ -29,6 +30,8 @@ type storage interface {
 	// NextTimerSkipping returns the earliest fire time of any timer of a
 	// run not in skip, or ok false.
 	NextTimerSkipping(ctx context.Context, skip []string) (at time.Time, ok bool, err error)
+	// ListEventsOfRuns returns the whole histories of runs, by run ID.
+	ListEventsOfRuns(ctx context.Context, runIDs []string) (map[string][]history.Event, error)
 	// StartGroupCommit commits concurrent step writes together until stop.
 	StartGroupCommit(flushers, max int) (stop func())
 

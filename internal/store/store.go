@@ -184,7 +184,8 @@ type WorkflowTask struct {
 	ParentRunID string
 	// Events, when set by a hand-off, are the events the handing
 	// transaction appended; a worker whose cached run ends just before them
-	// need not read the history.
+	// need not read the history. The engine also sets them to a whole
+	// history it read for several claimed tasks at once.
 	Events []history.Event
 }
 

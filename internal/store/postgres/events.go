@@ -23,25 +23,61 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterID int64) ([]
 		return nil, fmt.Errorf("list events of run %s: %w", runID, err)
 	}
 	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (history.Event, error) {
-		var (
-			id    int64
-			typ   string
-			attrs []byte
-			at    time.Time
-		)
-		if err := row.Scan(&id, &typ, &attrs, &at); err != nil {
-			return history.Event{}, err
-		}
-		a, err := history.Decode(typ, attrs)
-		if err != nil {
-			return history.Event{}, fmt.Errorf("event %d: %w", id, err)
-		}
-		return history.Event{ID: id, Time: at, Attributes: a}, nil
+		return scanEvent(row)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list events of run %s: %w", runID, err)
 	}
 	return events, nil
+}
+
+const listEventsOfRunsSQL = `
+SELECT run_id::text, event_id, type, attributes, created_at
+FROM durable_events
+WHERE run_id = ANY($1::uuid[])
+ORDER BY run_id, event_id`
+
+// ListEventsOfRuns returns the whole histories of runs, by run ID, in one
+// statement; a run without events is absent. An event that does not decode
+// fails the whole read (the caller can read run by run to find it).
+func (s *Store) ListEventsOfRuns(ctx context.Context, runIDs []string) (map[string][]history.Event, error) {
+	rows, err := s.db.Query(ctx, listEventsOfRunsSQL, runIDs)
+	if err != nil {
+		return nil, fmt.Errorf("list events of %d runs: %w", len(runIDs), err)
+	}
+	defer rows.Close()
+	byRun := make(map[string][]history.Event, len(runIDs))
+	for rows.Next() {
+		var runID string
+		ev, err := scanEvent(rows, &runID)
+		if err != nil {
+			return nil, fmt.Errorf("list events of run %s: %w", runID, err)
+		}
+		byRun[runID] = append(byRun[runID], ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list events of %d runs: %w", len(runIDs), err)
+	}
+	return byRun, nil
+}
+
+// scanEvent reads a row of event_id, type, attributes and created_at,
+// after the columns in before.
+func scanEvent(row pgx.CollectableRow, before ...any) (history.Event, error) {
+	var (
+		id    int64
+		typ   string
+		attrs []byte
+		at    time.Time
+	)
+	if err := row.Scan(append(before, &id, &typ, &attrs, &at)...); err != nil {
+		return history.Event{}, err
+	}
+	a, err := history.Decode(typ, attrs)
+	if err != nil {
+		return history.Event{}, fmt.Errorf("event %d: %w", id, err)
+	}
+	return history.Event{ID: id, Time: at, Attributes: a}, nil
 }
 
 // encodeEvents returns the wire types and JSON attributes of events, for the
