@@ -115,11 +115,10 @@ func (h *hub) remember(runID string, c *store.CloseRun) {
 
 // subscribeSince is subscribeRun for a run that was running at since (Start
 // began to record it then; zero if it was started in a caller's
-// transaction). It reports
-// whether the caller may skip reading the run before it waits: whether every
-// close since has reached the hub (the LISTEN has held since before since,
-// within closeMemory) and the run's, if any, came with its outcome, which
-// the subscription then holds.
+// transaction). It reports whether the caller may skip reading the run
+// before it waits: whether every close since has reached the hub (the
+// LISTEN has held since before since, within closeMemory) and the run's, if
+// any, came with its outcome, which the subscription then holds.
 func (h *hub) subscribeSince(runID string, since time.Time) (*runSub, bool) {
 	s := h.subscribeRun(context.Background(), runID)
 	if since.IsZero() {

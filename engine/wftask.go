@@ -70,7 +70,7 @@ func (e *Engine) prefetchHistories(ctx context.Context, tasks []store.WorkflowTa
 		return
 	}
 	for i := range tasks {
-		if events := byRun[tasks[i].RunID]; len(events) > 0 && len(tasks[i].Events) == 0 {
+		if events := byRun[tasks[i].RunID]; len(events) > 0 { // only runs without events were asked for
 			tasks[i].Events = events
 		}
 	}

@@ -8,14 +8,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// combiner commits the starts of a process that arrive while one of its
-// transactions is in flight together, in the next one: one statement and
-// one commit for many runs, as the grouper does for steps. It needs no
-// goroutine of its own, so it works in an engine that only starts
-// workflows and never runs (an API server), where most starts come from:
-// the first caller commits its own start at once, alone (no added latency
-// when idle), and whatever arrived meanwhile goes as one batch on a
-// goroutine that lives until no start is waiting.
+// combiner groups a process's starts as the grouper groups steps: the
+// starts that arrive while one of its transactions is in flight are
+// committed together in the next one, as one statement. Unlike the grouper
+// it has no flushers of its own, so it also works in an engine that never
+// runs (an API server, where most starts come from): the first caller
+// commits its own start at once and alone (no added latency when idle),
+// and whatever arrived meanwhile goes as one batch on a goroutine that
+// lives only while starts are waiting.
 type combiner struct {
 	g   *grouper // its commit; it runs no flushers
 	max int

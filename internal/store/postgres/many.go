@@ -64,11 +64,14 @@ const (
     JOIN run ON run.ix = t.ix
     RETURNING run_id, fire_at
 `
-	// manyReadyColumns end the result row of write i (a row of inp).
-	manyReadyColumns = `
+	// manyActivityColumns say which queues write i (a row of inp) made
+	// ready and which of its activities it claimed.
+	manyActivityColumns = `
     (SELECT array_agg(DISTINCT queue) FROM acts WHERE acts.run_id = i.run_id AND run_after <= i.now AND locked_by IS NULL),
     (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until))
-        FROM acts WHERE acts.run_id = i.run_id AND locked_by IS NOT NULL),
+        FROM acts WHERE acts.run_id = i.run_id AND locked_by IS NOT NULL)`
+	// manyReadyColumns end the result row of write i.
+	manyReadyColumns = manyActivityColumns + `,
     (SELECT min(fire_at) FROM tmr WHERE tmr.run_id = i.run_id)
 FROM inp i ORDER BY i.ix`
 )

@@ -62,18 +62,17 @@ func translate(err error) error {
 
 // indexPlans is run before a claim, a timer fire or a statement for many
 // writes (manyStmt), in its transaction. Their plans must not depend on
-// statistics. A queue's ready set swings
-// from empty to thousands of rows within a second, and statistics gathered
-// in a quiet moment make the planner expect a few: a claim then read the
-// whole ready set and sorted it (15 ms at 10,000 ready tasks, growing with
-// them) instead of walking the ready index in order and stopping after the
-// limit (0.7 ms). A fire joined its due timers to their runs by scanning the
-// whole runs table, closed runs included; planned for an empty table, a
-// statement for many writes found its activity tasks by scanning the
-// table. Turning off sorts and sequential
+// statistics. A queue's ready set swings from empty to thousands of rows
+// within a second, and statistics gathered in a quiet moment make the
+// planner expect a few: a claim then read the whole ready set and sorted it
+// (15 ms at 10,000 ready tasks, growing with them) instead of walking the
+// ready index in order and stopping after the limit (0.7 ms). A fire joined
+// its due timers to their runs by scanning the whole runs table, closed runs
+// included; planned for an empty table, a statement for many writes found
+// its activity tasks by scanning the table. Turning off sorts and sequential
 // scans for the one transaction leaves index walks and lookups, whose cost
-// follows the rows taken. JIT goes too: the penalty those settings add to
-// a plan's cost would trigger it, at hundreds of milliseconds a statement.
+// follows the rows taken. JIT goes too: the penalty those settings add to a
+// plan's cost would trigger it, at hundreds of milliseconds a statement.
 // Such a plan does not depend on the values either, so it is planned once
 // per connection (a fire took 0.9 ms to plan, each time) and reused.
 const indexPlans = `SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),

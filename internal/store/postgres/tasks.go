@@ -266,10 +266,8 @@ WITH inp AS (
     WHERE t.run_id = run.run_id AND run.first_id <> run.processed + 1
     RETURNING t.run_id, t.queue
 )
-SELECT i.ix, (SELECT count(*) FROM run WHERE run.ix = i.ix), (SELECT first_id FROM run WHERE run.ix = i.ix),
-    (SELECT array_agg(DISTINCT queue) FROM acts WHERE acts.run_id = i.run_id AND run_after <= i.now AND locked_by IS NULL),
-    (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until))
-        FROM acts WHERE acts.run_id = i.run_id AND locked_by IS NOT NULL),
+SELECT i.ix, (SELECT count(*) FROM run WHERE run.ix = i.ix), (SELECT first_id FROM run WHERE run.ix = i.ix),` +
+		manyActivityColumns + `,
     (SELECT queue FROM rel WHERE rel.run_id = i.run_id),
     NULL::timestamptz
 FROM inp i ORDER BY i.ix`,
