@@ -18,13 +18,15 @@ import (
 	"github.com/durable-go/durable/internal/store"
 )
 
-// claimActivityTasks claims ready tasks of the activities this engine has.
+// claimActivityTasks claims ready tasks of the activities this engine has,
+// those in its backlog first.
 func (e *Engine) claimActivityTasks(ctx context.Context, queue string, n int) ([]store.ActivityTask, error) {
 	types := e.registered(false)
 	if len(types) == 0 {
 		return nil, nil
 	}
-	return e.store.ClaimActivityTasks(ctx, store.ClaimParams{Queue: queue, WorkerID: e.opts.WorkerID, Limit: n, Now: e.now(), Types: types})
+	return e.store.ClaimActivityTasks(ctx, store.ClaimParams{Queue: queue, WorkerID: e.opts.WorkerID, Limit: n, Now: e.now(),
+		Types: types, Prefer: e.backlog.take(queue, n)})
 }
 
 // runActivityTask runs one attempt of an activity and records its outcome:

@@ -205,7 +205,8 @@ type Engine struct {
 	workflowTypes, activityTypes []string
 
 	cache   *runCache
-	wakes   wakeups // soon-due timers of cached runs (timerfire.go)
+	backlog *activityBacklog // activities this engine could not hand off
+	wakes   wakeups          // soon-due timers of cached runs (timerfire.go)
 	hub     *hub
 	running atomic.Bool
 	pools   atomic.Pointer[pools] // set while Run runs
@@ -235,6 +236,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
 		activities: map[string]*activityDef{},
 		names:      map[uintptr]string{},
 		cache:      newRunCache(opts.CacheSize),
+		backlog:    newActivityBacklog(),
 		metrics:    newMetrics(),
 		tracer:     newTracer(opts.TracerProvider),
 	}

@@ -161,7 +161,7 @@ func (e *Engine) eagerStart(ctx context.Context, params *store.CreateRunParams) 
 	if err != nil || !commit.IsFirst() {
 		return giveUp()
 	}
-	handOff := e.handOffActivities(commit.Activities, "")
+	handOff := e.handOffActivities(t.RunID, commit.Activities, "")
 	params.First = &commit
 	e.metrics.cache.WithLabelValues("miss").Inc()
 	// The task's span starts when it did, now that it is known to count.
@@ -177,8 +177,8 @@ func (e *Engine) eagerStart(ctx context.Context, params *store.CreateRunParams) 
 			endSpan(span, err)
 			e.metrics.taskLatency.Observe(time.Since(began).Seconds())
 		}()
-		defer handOff.start(r.Ready.ActivityTasks) // none if CreateRun failed
-		if err != nil {                            // the ID is taken, or the insert failed: nothing of ours was recorded
+		defer handOff.start(r.Ready.ActivityTasks, err == nil) // none if CreateRun failed
+		if err != nil {                                        // the ID is taken, or the insert failed: nothing of ours was recorded
 			x.Close()
 			return
 		}

@@ -49,17 +49,22 @@ func applyOwn(x wfexec.Executor, firstID int64, at time.Time, cmds []history.Att
 // activityHandOff is the activities a commit claims for this engine: those
 // on queues it serves with a free slot, which then run without a claim
 // transaction, and, in a fused step, the first on the finished activity's
-// queue, which that activity's slot runs next.
+// queue, which that activity's slot runs next. The others on queues it
+// serves go to its backlog once the commit has taken effect.
 type activityHandOff struct {
 	reserved map[int64]*workerPool[store.ActivityTask]
 	inline   int64 // seq of the activity for the calling slot, or 0
+	runID    string
+	queued   []store.NewActivityTask // on served queues, without a slot
+	backlog  *activityBacklog
 }
 
-// handOffActivities marks the activities to claim (ClaimAs) and reserves
-// their slots. The pools are held from here on: Run may drop its pool list
-// meanwhile. inlineQueue, if set, is the queue of the calling slot.
-func (e *Engine) handOffActivities(acts []store.NewActivityTask, inlineQueue string) activityHandOff {
-	h := activityHandOff{reserved: map[int64]*workerPool[store.ActivityTask]{}}
+// handOffActivities marks the activities of run runID to claim (ClaimAs)
+// and reserves their slots. The pools are held from here on: Run may drop
+// its pool list meanwhile. inlineQueue, if set, is the queue of the calling
+// slot.
+func (e *Engine) handOffActivities(runID string, acts []store.NewActivityTask, inlineQueue string) activityHandOff {
+	h := activityHandOff{reserved: map[int64]*workerPool[store.ActivityTask]{}, runID: runID, backlog: e.backlog}
 	for i := range acts {
 		a := &acts[i]
 		p := e.activityPool(a.Queue)
@@ -70,14 +75,21 @@ func (e *Engine) handOffActivities(acts []store.NewActivityTask, inlineQueue str
 		case p.tryAcquire():
 			a.ClaimAs = e.opts.WorkerID
 			h.reserved[a.Seq] = p
+		default:
+			h.queued = append(h.queued, *a)
 		}
 	}
 	return h
 }
 
 // start runs the tasks the commit claimed in their reserved slots, gives
-// back the slots it claimed nothing for, and returns the calling slot's task.
-func (h activityHandOff) start(claimed []store.ActivityTask) (inline *store.ActivityTask) {
+// back the slots it claimed nothing for, puts the queued activities of a
+// commit that took effect in the backlog, and returns the calling slot's
+// task.
+func (h activityHandOff) start(claimed []store.ActivityTask, committed bool) (inline *store.ActivityTask) {
+	if committed {
+		h.backlog.push(h.runID, h.queued)
+	}
 	for _, a := range claimed {
 		if a.Seq == h.inline {
 			inline = &a

@@ -185,8 +185,9 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 	if fused != nil {
 		inlineQueue = fused.task.Queue
 	}
-	handOff := e.handOffActivities(commit.Activities, inlineQueue)
+	handOff := e.handOffActivities(t.RunID, commit.Activities, inlineQueue)
 	ready, err := e.store.CommitWorkflowTask(ctx, commit)
+	committed := err == nil
 	if fused != nil {
 		x.ReleaseLogs(err == nil) // a refused step's lines are dropped
 		if err == nil {
@@ -195,7 +196,7 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 	}
 	// The claimed activities start once the run is back in the cache (at
 	// return): one that finishes at once then finds it there.
-	defer func() { next = handOff.start(ready.ActivityTasks) }()
+	defer func() { next = handOff.start(ready.ActivityTasks, committed) }()
 	if err != nil {
 		x.Close()
 		switch {

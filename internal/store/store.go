@@ -145,6 +145,16 @@ type ClaimParams struct {
 	// Types, if not nil, limits the claim to these workflow or activity
 	// types: a worker claims only what it can run.
 	Types []string
+	// Prefer, in an activity claim, names tasks to claim first, if they are
+	// ready and not locked; the rest of Limit goes in queue order.
+	Prefer []ActivityKey
+}
+
+// ActivityKey names a run's activity task: its run and its command
+// sequence number.
+type ActivityKey struct {
+	RunID string
+	Seq   int64
 }
 
 // FireTimersParams are the inputs of a timer fire that claims the workflow

@@ -12,13 +12,26 @@ import (
 	"github.com/durable-go/durable/internal/store"
 )
 
+// claimActivityTasksSQL claims the preferred tasks (pref_run, pref_seq)
+// that are ready and not locked, then, up to the limit, the queue's oldest
+// ready ones. It skips its own locks by ID: SKIP LOCKED does not skip rows
+// the statement itself has locked.
 const claimActivityTasksSQL = `
-WITH c AS (
+WITH mine AS (
+    SELECT t.id FROM unnest(@pref_run::uuid[], @pref_seq::bigint[]) AS k(run_id, seq)
+    JOIN durable_activity_tasks t ON t.run_id = k.run_id AND t.seq = k.seq
+    WHERE t.queue = @queue AND t.run_after <= @now AND (@any_type OR t.activity = ANY(@types::text[]))
+    LIMIT @limit
+    FOR UPDATE OF t SKIP LOCKED
+), oldest AS (
     SELECT id FROM durable_activity_tasks
     WHERE queue = @queue AND run_after <= @now AND (@any_type OR activity = ANY(@types::text[]))
+        AND id NOT IN (SELECT id FROM mine)
     ORDER BY run_after
-    LIMIT @limit
+    LIMIT @limit - (SELECT count(*) FROM mine)
     FOR UPDATE SKIP LOCKED
+), c AS (
+    SELECT id FROM mine UNION ALL SELECT id FROM oldest
 )
 UPDATE durable_activity_tasks t
 SET attempt = t.attempt + 1, locked_by = @worker,
@@ -35,9 +48,13 @@ RETURNING t.id, coalesce(t.run_id::text, ''),
 
 // ClaimActivityTasks implements store.Store.
 func (s *Store) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
+	prefRun, prefSeq := make([]string, len(in.Prefer)), make([]int64, len(in.Prefer))
+	for i, k := range in.Prefer {
+		prefRun[i], prefSeq[i] = k.RunID, k.Seq
+	}
 	tasks, err := queryIndexed(ctx, s, claimActivityTasksSQL, namedArgs{
 		"queue": in.Queue, "now": in.Now, "limit": in.Limit, "worker": in.WorkerID,
-		"any_type": in.Types == nil, "types": arrayArg(in.Types),
+		"any_type": in.Types == nil, "types": arrayArg(in.Types), "pref_run": prefRun, "pref_seq": prefSeq,
 	}, func(row pgx.CollectableRow) (store.ActivityTask, error) {
 		var t store.ActivityTask
 		err := row.Scan(&t.ID, &t.RunID, &t.WorkflowID, &t.WorkflowQueue, &t.TraceContext, &t.Seq, &t.Activity, &t.Queue, &t.Input, &t.IdempotencyKey,

@@ -3,15 +3,18 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/store/postgres"
@@ -78,4 +81,55 @@ func (f *finishAfterInsert) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data
 	if _, err := f.admin.Exec(context.WithoutCancel(ctx), `DELETE FROM durable_activity_tasks WHERE idempotency_key = 'k'`); err != nil {
 		panic(err)
 	}
+}
+
+// A claim takes the ready tasks it prefers first, then the queue's oldest;
+// a preferred task that is not ready (claimed already) or does not exist is
+// passed over.
+func TestClaimTakesPreferredActivitiesFirst(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := postgres.New(pgtest.Pool(t))
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	runs := make([]string, 4)
+	for i := range runs { // run i's activity is ready i ms after now
+		runs[i] = runWithActivity(t, s, fmt.Sprintf("wf-%d", i), now, now.Add(time.Duration(i)*time.Millisecond))
+	}
+	claim := func(prefer ...store.ActivityKey) []string {
+		tasks, err := s.ClaimActivityTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 2,
+			Now: now.Add(time.Second), Prefer: prefer})
+		require.NoError(t, err)
+		var got []string
+		for _, a := range tasks {
+			got = append(got, a.RunID)
+		}
+		return got
+	}
+	require.ElementsMatch(t, []string{runs[2], runs[0]}, claim(store.ActivityKey{RunID: runs[2], Seq: 1},
+		store.ActivityKey{RunID: uuid.NewString(), Seq: 1}), "the preferred one, then the oldest")
+	require.ElementsMatch(t, []string{runs[1], runs[3]}, claim(store.ActivityKey{RunID: runs[2], Seq: 1}),
+		"the preferred one is claimed already: the oldest two")
+	require.Empty(t, claim())
+}
+
+// runWithActivity starts a run whose first task schedules activity 1 on
+// queue q, ready at readyAt, and returns the run's ID.
+func runWithActivity(t *testing.T, s *postgres.Store, workflowID string, now, readyAt time.Time) string {
+	t.Helper()
+	ctx := t.Context()
+	run, err := s.CreateRun(ctx, store.CreateRunParams{RunID: uuid.NewString(), WorkflowID: workflowID, WorkflowType: "T",
+		Queue: "q", Input: json.RawMessage(`1`), Now: now})
+	require.NoError(t, err)
+	wts, err := s.ClaimWorkflowTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 1, Now: now, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, wts, 1)
+	require.Equal(t, run.RunID, wts[0].RunID)
+	_, err = s.CommitWorkflowTask(ctx, store.CommitWorkflowTaskParams{
+		RunID: run.RunID, Token: wts[0].Token, ProcessedEventID: 1, Now: now,
+		Events: []history.Attributes{history.ActivityScheduled{Seq: 1, Activity: "A", Queue: "q"}},
+		Activities: []store.NewActivityTask{{Seq: 1, Activity: "A", Queue: "q", IdempotencyKey: run.RunID + ":1",
+			Lease: time.Minute, RunAfter: readyAt}},
+	})
+	require.NoError(t, err)
+	return run.RunID
 }
