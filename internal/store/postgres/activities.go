@@ -15,12 +15,16 @@ import (
 // claimActivityTasksSQL claims the preferred tasks (pref_run, pref_seq)
 // that are ready and not locked, then, up to the limit, the queue's oldest
 // ready ones. It skips its own locks by ID: SKIP LOCKED does not skip rows
-// the statement itself has locked.
+// the statement itself has locked. The preferred tasks' readiness is
+// written so that no index can serve it: the ready index would otherwise
+// be walked whole and joined to the keys (0.79 ms and 436 buffers a claim
+// in W1, against 0.13 ms and 96 without preferences), where a lookup per
+// key by run and seq is what it takes.
 const claimActivityTasksSQL = `
 WITH mine AS (
     SELECT t.id FROM unnest(@pref_run::uuid[], @pref_seq::bigint[]) AS k(run_id, seq)
     JOIN durable_activity_tasks t ON t.run_id = k.run_id AND t.seq = k.seq
-    WHERE t.queue = @queue AND t.run_after <= @now AND (@any_type OR t.activity = ANY(@types::text[]))
+    WHERE (t.queue = @queue AND t.run_after <= @now) IS TRUE AND (@any_type OR t.activity = ANY(@types::text[]))
     LIMIT @limit
     FOR UPDATE OF t SKIP LOCKED
 ), oldest AS (
