@@ -50,9 +50,10 @@ func (s pgStorage) WithTx(tx pgx.Tx) storage { return pgStorage{s.Store.WithTx(t
 var _ storage = pgStorage{}
 
 // newStore is the Postgres store as opts configure it: overlapping starts
-// share commits up to CommitGroupSize, as steps do while the engine runs.
+// share commits, and overlapping reads of runs statements, up to
+// CommitGroupSize, as steps do while the engine runs.
 func newStore(pool *pgxpool.Pool, opts Options) *postgres.Store {
 	s := postgres.New(pool)
-	s.GroupStarts(opts.CommitGroupSize)
+	s.Batch(opts.CommitGroupSize)
 	return s
 }

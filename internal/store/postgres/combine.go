@@ -2,80 +2,115 @@ package postgres
 
 import (
 	"context"
-	"slices"
-	"sync"
+	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/internal/batch"
+	"github.com/durable-go/durable/internal/store"
 )
 
-// combiner groups a process's starts as the grouper groups steps: the
-// starts that arrive while one of its transactions is in flight are
-// committed together in the next one, as one statement. Unlike the grouper
-// it has no flushers of its own, so it also works in an engine that never
-// runs (an API server, where most starts come from): the first caller
-// commits its own start at once and alone (no added latency when idle),
-// and whatever arrived meanwhile goes as one batch on a goroutine that
-// lives only while starts are waiting.
-type combiner struct {
-	g   *grouper // its commit; it runs no flushers
-	max int
-
-	mu      sync.Mutex
-	busy    bool // a transaction is in flight
-	pending []*groupReq
-}
-
-// GroupStarts makes CreateRun calls for runs without a first task (starts
-// by an engine that will not run the first task itself) that overlap share
-// statements and commits, at most max each, whether or not group commit
-// runs. max 1 or less turns it off. Call it before the store is used.
-func (s *Store) GroupStarts(max int) {
+// Batch makes the CreateRun calls for runs without a first task (starts by
+// an engine that will not run the first task itself) and the GetRun calls
+// that overlap share statements, at most max each: a process that starts
+// workflows and waits for their results, such as an API server, commits
+// many starts at once and reads many closed runs at once. The first call
+// when none is in flight goes at once and alone; see batch.Batcher. It
+// works whether or not group commit runs, and never inside a caller's
+// transaction. max 1 or less turns it off. Call it before the store is used.
+func (s *Store) Batch(max int) {
 	if max <= 1 {
-		s.starts = nil
+		s.starts, s.reads = nil, nil
 		return
 	}
-	s.starts = &combiner{g: &grouper{s: s}, max: max}
+	// The grouper's commit sorts a batch by key, the workflow ID, so that
+	// two batches wait for each other's workflow IDs in one order.
+	s.starts = batch.New(max, (&grouper{s: s}).commit)
+	s.reads = batch.New(max, s.getRuns)
 }
 
-// startRun runs the createRunSQL write whose arguments are args, combined
-// with concurrent ones when GroupStarts is on and the store is not bound to
-// a caller's transaction. key (the workflow ID) orders a batch's writes (commit
-// sorts them), so that two batches wait for each other's workflow IDs in
-// one order.
-func (s *Store) startRun(ctx context.Context, key string, args namedArgs, scan func(pgx.Row) error) error {
-	c := s.starts
-	if c == nil || s.db != dbtx(s.pool) {
+// startRun runs the createRunSQL write whose arguments are args, batched
+// with concurrent ones when Batch is on.
+func (s *Store) startRun(ctx context.Context, workflowID string, args namedArgs, scan func(pgx.Row) error) error {
+	if s.starts == nil || s.db != dbtx(s.pool) {
 		return scan(s.db.QueryRow(ctx, createRunSQL, args))
 	}
-	r := &groupReq{ctx: ctx, key: key, sql: createRunSQL, args: args, scan: scan, many: createRunMany, done: make(chan error, 1)}
-	c.mu.Lock()
-	if c.busy {
-		c.pending = append(c.pending, r)
-		c.mu.Unlock()
-		return <-r.done
-	}
-	c.busy = true
-	c.mu.Unlock()
-	c.g.commit([]*groupReq{r})
-	c.next()
+	r := &groupReq{ctx: ctx, key: workflowID, sql: createRunSQL, args: args, scan: scan, many: createRunMany,
+		done: make(chan error, 1)}
+	s.starts.Run(r)
 	return <-r.done
 }
 
-// next commits the starts that arrived during the last transaction, at most
-// max, on a goroutine that goes on until none is left; with none waiting,
-// the combiner is idle again.
-func (c *combiner) next() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.pending) == 0 {
-		c.busy = false
-		return
+// runRead is a GetRun call waiting in a batch.
+type runRead struct {
+	ctx   context.Context
+	runID string
+	done  chan runReadResult
+}
+
+type runReadResult struct {
+	run store.Run
+	err error
+}
+
+const getRunsSQL = `SELECT ` + runColumns + ` WHERE r.run_id = ANY($1::uuid[])`
+
+// GetRun implements store.Store.
+func (s *Store) GetRun(ctx context.Context, runID string) (store.Run, error) {
+	if s.reads == nil || s.db != dbtx(s.pool) {
+		return s.getRun(ctx, getRunSQL, runID)
 	}
-	n := min(len(c.pending), c.max)
-	batch := slices.Clone(c.pending[:n])
-	c.pending = slices.Delete(c.pending, 0, n)
-	go func() {
-		c.g.commit(batch)
-		c.next()
-	}()
+	r := &runRead{ctx: ctx, runID: runID, done: make(chan runReadResult, 1)}
+	s.reads.Run(r)
+	select {
+	case res := <-r.done:
+		return res.run, res.err
+	case <-ctx.Done():
+		return store.Run{}, fmt.Errorf("get run: %w", ctx.Err())
+	}
+}
+
+// getRuns answers many GetRun calls with one statement. If it fails, each
+// reads on its own and meets its own error (a malformed ID fails the
+// statement for all).
+func (s *Store) getRuns(reads []*runRead) {
+	if len(reads) > 1 {
+		ids := make([]string, len(reads))
+		for i, r := range reads {
+			ids[i] = r.runID
+		}
+		// The batch's read outlives any one caller's context.
+		rows, err := s.pool.Query(context.WithoutCancel(reads[0].ctx), getRunsSQL, ids)
+		var runs []store.Run
+		if err == nil {
+			runs, err = pgx.CollectRows(rows, scanRun)
+		}
+		if err == nil {
+			byID := make(map[string]store.Run, len(runs))
+			for _, run := range runs {
+				byID[run.RunID] = run
+			}
+			s.merged.Add(int64(len(reads)))
+			for _, r := range reads {
+				run, ok := byID[r.runID]
+				if !ok {
+					r.done <- runReadResult{err: store.ErrNotFound}
+					continue
+				}
+				r.done <- runReadResult{run: run}
+			}
+			return
+		}
+		if errors.Is(err, context.Canceled) {
+			for _, r := range reads {
+				r.done <- runReadResult{err: fmt.Errorf("get run: %w", err)}
+			}
+			return
+		}
+	}
+	for _, r := range reads {
+		run, err := s.getRun(r.ctx, getRunSQL, r.runID)
+		r.done <- runReadResult{run: run, err: err}
+	}
 }

@@ -95,3 +95,49 @@ func TestStartsGroupAtMostTheGroupSize(t *testing.T) {
 		require.NoError(t, err, "start %d", i)
 	}
 }
+
+// Reads of runs by ID that overlap are one statement, and each gets its
+// run or ErrNotFound; a batch with a malformed ID reads each on its own,
+// so that only that one fails.
+func TestOverlappingReadsShareAStatement(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := postgres.New(pgtest.Pool(t))
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var ids []string
+	for i := range 2 {
+		run, err := s.CreateRun(ctx, store.CreateRunParams{RunID: uuid.NewString(), WorkflowID: fmt.Sprintf("wf-%d", i),
+			WorkflowType: "T", Queue: "q", Input: json.RawMessage(`1`), Now: now})
+		require.NoError(t, err)
+		ids = append(ids, run.RunID)
+	}
+	read := func(ids ...string) ([]store.Run, []error, int) {
+		release := s.HoldReads(t, 64)
+		runs, errs := make([]store.Run, len(ids)), make([]error, len(ids))
+		var wg sync.WaitGroup
+		for i := range ids {
+			wg.Go(func() { runs[i], errs[i] = s.GetRun(ctx, ids[i]) })
+		}
+		merged := release(len(ids))
+		wg.Wait()
+		return runs, errs, merged
+	}
+
+	runs, errs, merged := read(ids[0], uuid.NewString(), ids[1], ids[0])
+	require.Equal(t, 4, merged, "one statement for the four")
+	for _, i := range []int{0, 2, 3} {
+		require.NoError(t, errs[i])
+	}
+	require.Equal(t, ids[0], runs[0].RunID)
+	require.Equal(t, "wf-0", runs[0].WorkflowID)
+	require.Equal(t, ids[1], runs[2].RunID)
+	require.Equal(t, ids[0], runs[3].RunID)
+	require.ErrorIs(t, errs[1], store.ErrNotFound)
+
+	runs, errs, merged = read(ids[1], "not-a-uuid")
+	require.Zero(t, merged, "the statement failed: each read alone")
+	require.NoError(t, errs[0])
+	require.Equal(t, ids[1], runs[0].RunID)
+	require.Error(t, errs[1])
+	require.NotErrorIs(t, errs[1], store.ErrNotFound)
+}

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/internal/batch"
 )
 
 // HoldGroup turns group commit on for s without flushers: writes wait
@@ -21,31 +23,35 @@ func (s *Store) HoldGroup(t *testing.T) (commit func(n int) (merged int)) {
 		for i := range batch {
 			batch[i] = <-g.reqs
 		}
-		before := g.merged.Load()
+		before := s.merged.Load()
 		g.commit(batch)
-		return int(g.merged.Load() - before)
+		return int(s.merged.Load() - before)
 	}
 }
 
-// HoldStarts turns start grouping on for s (at most max per statement) as
-// if a start were in flight: starts wait until the returned release, once
-// n are waiting, commits them as the combiner would. release returns how
-// many of them statements for many starts did.
+// HoldStarts turns batching on for s (at most max per statement) as if a
+// start were in flight: starts wait until the returned release, once n are
+// waiting, commits them as the batcher would. release returns how many of
+// them statements for many starts did.
 func (s *Store) HoldStarts(t *testing.T, max int) (release func(n int) (merged int)) {
-	s.GroupStarts(max)
-	c := s.starts
-	c.busy = true
-	state := func() (pending int, busy bool) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return len(c.pending), c.busy
-	}
+	s.Batch(max)
+	return hold(t, s, s.starts)
+}
+
+// HoldReads is HoldStarts for GetRun.
+func (s *Store) HoldReads(t *testing.T, max int) (release func(n int) (merged int)) {
+	s.Batch(max)
+	return hold(t, s, s.reads)
+}
+
+func hold[T any](t *testing.T, s *Store, b *batch.Batcher[T]) func(n int) int {
+	b.Hold()
 	return func(n int) int {
-		require.Eventually(t, func() bool { p, _ := state(); return p == n }, 10*time.Second, time.Millisecond,
-			"%d starts waiting", n)
-		c.next()
-		require.Eventually(t, func() bool { _, busy := state(); return !busy }, 10*time.Second, time.Millisecond,
-			"the starts committed")
-		return int(c.g.merged.Load())
+		require.Eventually(t, func() bool { return b.Waiting() == n }, 10*time.Second, time.Millisecond,
+			"%d calls waiting", n)
+		before := s.merged.Load()
+		b.Release()
+		require.Eventually(t, b.Idle, 10*time.Second, time.Millisecond, "the calls done")
+		return int(s.merged.Load() - before)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -29,8 +28,6 @@ type grouper struct {
 	mu      sync.RWMutex // guards running against submit/stop
 	running bool
 	wg      sync.WaitGroup
-
-	merged atomic.Int64 // writes committed by a statement for many (tests read it)
 }
 
 type groupReq struct {
@@ -191,7 +188,7 @@ func (g *grouper) commit(batch []*groupReq) {
 	if err == nil {
 		for _, m := range kinds {
 			if n := len(same[m]); n > 1 {
-				g.merged.Add(int64(n))
+				g.s.merged.Add(int64(n))
 			}
 		}
 		for _, r := range batch {

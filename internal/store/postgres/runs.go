@@ -250,11 +250,6 @@ const (
 ORDER BY r.created_at DESC, r.status = 'running' DESC, r.status = 'continued_as_new', r.run_id LIMIT 1`
 )
 
-// GetRun implements store.Store.
-func (s *Store) GetRun(ctx context.Context, runID string) (store.Run, error) {
-	return s.getRun(ctx, getRunSQL, runID)
-}
-
 // GetRunByWorkflowID implements store.Store.
 func (s *Store) GetRunByWorkflowID(ctx context.Context, workflowID string) (store.Run, error) {
 	return s.getRun(ctx, getLatestSQL, workflowID)

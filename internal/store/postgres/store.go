@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/durable-go/durable/internal/batch"
 	"github.com/durable-go/durable/internal/store"
 )
 
@@ -29,23 +30,26 @@ type dbtx interface {
 
 // Store is the PostgreSQL store.
 type Store struct {
-	db     dbtx
-	pool   *pgxpool.Pool
-	group  *atomic.Pointer[grouper] // shared by the copies WithTx makes
-	starts *combiner                // see GroupStarts
+	db   dbtx
+	pool *pgxpool.Pool
+	// The rest is shared by the copies WithTx makes.
+	group  *atomic.Pointer[grouper]
+	starts *batch.Batcher[*groupReq] // see Batch
+	reads  *batch.Batcher[*runRead]
+	merged *atomic.Int64 // calls done by a statement for many (tests read it)
 }
 
 var _ store.Store = (*Store)(nil)
 
 // New returns a store on pool. It does not migrate; see Migrate.
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{db: pool, pool: pool, group: new(atomic.Pointer[grouper])}
+	return &Store{db: pool, pool: pool, group: new(atomic.Pointer[grouper]), merged: new(atomic.Int64)}
 }
 
 // WithTx returns a store whose writes happen inside tx: they commit or roll
 // back with the caller's transaction.
 func (s *Store) WithTx(tx pgx.Tx) *Store {
-	return &Store{db: tx, pool: s.pool, group: s.group, starts: s.starts}
+	return &Store{db: tx, pool: s.pool, group: s.group, starts: s.starts, reads: s.reads, merged: s.merged}
 }
 
 // Pool returns the pool the store was made with.
