@@ -56,10 +56,10 @@ type Options struct {
 	// CommitGroupSize is the most step writes (workflow-task commits,
 	// activity outcomes) committed in one transaction. Writes are grouped
 	// only while others are being committed, so an idle engine commits each
-	// at once and a busy one saves a commit (a WAL flush) per write. Starts
-	// are grouped the same way, also in an engine that never runs (one that
-	// only starts workflows, as an API server does). 1 turns grouping off.
-	// Default 64.
+	// at once and a busy one saves a commit (a WAL flush) per write. Starts,
+	// and the reads of runs behind Result, are grouped the same way, also in
+	// an engine that never runs (one that only starts workflows and waits
+	// for them, as an API server does). 1 turns grouping off. Default 64.
 	CommitGroupSize int
 	// HistoryWarnEvents is the history length past which a run is warned
 	// about (a log line and durable_large_histories_total): a history that
