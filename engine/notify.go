@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable/internal/store"
@@ -23,7 +24,11 @@ func (e *Engine) announce(r store.Ready) {
 		keys = append(keys, "a:"+q)
 	}
 	if r.ClosedRun != "" {
-		keys = append(keys, "c:"+r.ClosedRun)
+		// Only this engine waits for a run it started and nobody else said
+		// they wait for (store.Run.Waiter): it learns of the close below.
+		if r.Closed == nil || r.CloseWaiter != e.hub.id {
+			keys = append(keys, "c:"+r.ClosedRun)
+		}
 		if r.Closed != nil {
 			e.hub.deliverClose(r.ClosedRun, r.Closed)
 		}
@@ -61,6 +66,8 @@ func (h *hub) publishNow(ctx context.Context, r store.Ready) {
 // the pollers and Result waiters that want them. It runs only while someone
 // uses it: the first user starts it, the last one stops it.
 type hub struct {
+	// id names this engine to the runs it starts (store.Run.Waiter).
+	id   string
 	pool *pgxpool.Pool
 	log  *slog.Logger
 	// db logs the outages the listener, the sender and the engine's other
@@ -153,7 +160,7 @@ type waker struct {
 
 func newHub(pool *pgxpool.Pool, log *slog.Logger) *hub {
 	return &hub{
-		pool: pool, log: log, db: &dbHealth{log: log},
+		id: uuid.NewString(), pool: pool, log: log, db: &dbHealth{log: log},
 		wakes: map[string][]*waker{}, waiters: map[string]map[chan struct{}]struct{}{},
 		closes:  map[string]map[chan *store.CloseRun]struct{}{},
 		pending: map[string]bool{}, flush: make(chan struct{}, 1),

@@ -127,6 +127,9 @@ func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any
 		// Inside the caller's transaction only a NOTIFY sent at its commit
 		// is right; without a running hub nothing would send ours.
 		Notify: inTx || !e.hub.active(),
+		// This engine learns of the run's close without a notification
+		// when it closes the run itself; others announce it (see announce).
+		Waiter: e.hub.id,
 	}
 	// A run started outside a transaction by a running engine that runs its
 	// type has its first task run here first, and is inserted with it (see
@@ -257,6 +260,22 @@ func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 			return out, cerr
 		}
 		backoff = resultRetryMin
+		if err == nil && run.Status == store.StatusRunning && run.Waiter != "" && run.Waiter != "*" && run.Waiter != r.e.hub.id {
+			// Its starter is another engine, which would not announce
+			// closes it makes itself: say that we wait too.
+			running, err := r.e.store.WatchRun(ctx, runID)
+			if again, cerr := waitOut(err); again {
+				continue
+			} else if cerr != nil {
+				return out, cerr
+			}
+			if err != nil {
+				return out, fmt.Errorf("result of run %s: %w", runID, err)
+			}
+			if !running {
+				continue // it closed meanwhile: read how
+			}
+		}
 		if err == nil && run.Status == store.StatusRunning {
 			// Wait for the close, here or elsewhere, or the backstop poll.
 			t := time.NewTimer(r.e.opts.PollInterval)

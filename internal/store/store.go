@@ -64,6 +64,10 @@ type Run struct {
 	TaskError string
 	// TaskAttempts is how many times the run's pending workflow task has failed.
 	TaskAttempts int
+	// Waiter is the engine that may wait for the run's close (see
+	// CreateRunParams.Waiter): empty for anyone, "*" for engines besides
+	// the one that started it.
+	Waiter string
 	// Token is set by CreateRun when CreateRunParams.ClaimAs claimed the
 	// run's first workflow task: the claim's fencing token.
 	Token int64
@@ -86,6 +90,10 @@ type CreateRunParams struct {
 	// commit). The engine sets it when the write happens in a caller's
 	// transaction, whose commit it cannot see.
 	Notify bool
+	// Waiter, if set, is the ID of the starting engine: the only one that
+	// may wait for the run's close until another says it waits too
+	// (WatchRun). Empty means anyone may.
+	Waiter string
 	// ClaimAs, if set, claims the run's first workflow task for that worker
 	// for Lease (a hand-off: the starting engine runs it without a claim).
 	ClaimAs string
@@ -120,8 +128,12 @@ type Ready struct {
 	// ActivityQueues have an activity task that became ready now.
 	ActivityQueues []string
 	// ClosedRun is set when the write closed a run, and Closed says how.
-	ClosedRun string
-	Closed    *CloseRun
+	// CloseWaiter is the closed run's Waiter, when the write read it: the
+	// close needs announcing to other engines unless it names the closing
+	// engine.
+	ClosedRun   string
+	Closed      *CloseRun
+	CloseWaiter string
 	// TimerAt is the earliest timer the write created, if any.
 	TimerAt *time.Time
 	// FirstEventID is the ID CommitWorkflowTask gave the first of its events.
@@ -512,6 +524,11 @@ type Store interface {
 	GetRun(ctx context.Context, runID string) (Run, error)
 	// GetRunByWorkflowID returns the newest run with the workflow ID, or ErrNotFound.
 	GetRunByWorkflowID(ctx context.Context, workflowID string) (Run, error)
+	// WatchRun records that engines besides the one the run's Waiter names
+	// wait for its close (Waiter becomes "*"), so that the close is
+	// announced to them. It reports false, changing nothing, if the run is
+	// not running (closed, or there is no such run).
+	WatchRun(ctx context.Context, runID string) (bool, error)
 	// ListEvents returns the run's events with IDs above afterID, in order.
 	ListEvents(ctx context.Context, runID string, afterID int64) ([]history.Event, error)
 

@@ -33,7 +33,7 @@ func TestOverlappingStartsShareAStatement(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	start := func(workflowID, queue string) store.CreateRunParams {
 		return store.CreateRunParams{RunID: uuid.NewString(), WorkflowID: workflowID, WorkflowType: "T", Queue: queue,
-			Input: json.RawMessage(`1`), Now: now}
+			Input: json.RawMessage(`1`), Now: now, Waiter: "starter-" + workflowID}
 	}
 	starts := []store.CreateRunParams{start("order-1", "q"), start("order-2", "q"), start("order-1", "q"), start("order-3", "q")}
 	claimed, notified := 1, 3
@@ -64,6 +64,9 @@ func TestOverlappingStartsShareAStatement(t *testing.T) {
 	require.NotZero(t, runs[claimed].Token, "its task is claimed for the starter")
 	require.NoError(t, errs[notified])
 	require.Zero(t, runs[notified].Token)
+	got, err := s.GetRun(ctx, starts[notified].RunID)
+	require.NoError(t, err)
+	require.Equal(t, "starter-order-3", got.Waiter, "each run names its own starter")
 
 	n, err := listener.Conn().WaitForNotification(ctx)
 	require.NoError(t, err)

@@ -48,7 +48,7 @@ const fusedRunTailSQL = `
     WHERE r.run_id = @run_id AND r.run_id = act.run_id AND ` + runOpen + ` AND r.next_event_id = @processed`
 
 const fusedReturningSQL = `
-    RETURNING r.run_id, r.queue, r.next_event_id - cardinality(@types::text[]) AS first_id`
+    RETURNING r.run_id, r.queue, r.next_event_id - cardinality(@types::text[]) AS first_id, r.waiter`
 
 // What a fused step consumes: the activity task, or the fired timer (every
 // timer of a run that closes).
@@ -93,7 +93,7 @@ SELECT (SELECT count(*) FROM act), (SELECT count(*) FROM run), (SELECT first_id 
       AND NOT EXISTS (SELECT 1 FROM durable_activity_tasks o WHERE o.run_id = r.run_id AND o.id <> @act_id)`
 	const closeSelect = `)
 SELECT (SELECT count(*) FROM act), (SELECT count(*) FROM run), (SELECT first_id FROM run),
-    NULL::text[], NULL::json, NULL::timestamptz`
+    NULL::text[], NULL::json, NULL::timestamptz, coalesce((SELECT waiter FROM run), '')`
 	fusedStepSQL[0] = fusedActivityLockSQL + fusedRunSQL + fusedRunTailSQL + fusedReturningSQL + fusedActivityDoneSQL + stepTail
 	fusedStepSQL[1] = fusedTimerLockSQL + fusedRunSQL + fusedRunTailSQL + fusedReturningSQL + fusedTimerDoneSQL + stepTail
 	fusedCloseSQL[0] = fusedActivityLockSQL + fusedRunSQL + closeRun + fusedRunTailSQL + closeTail + fusedReturningSQL +
@@ -127,6 +127,9 @@ func (s *Store) commitFused(ctx context.Context, in store.CommitWorkflowTaskPara
 		claimed   []claimedActivity
 	)
 	err := s.queryRowMany(ctx, in.RunID, sql, many, args, func(row pgx.Row) error {
+		if in.Close != nil { // a close says who may wait for it
+			return row.Scan(&found, &ok, &first, &ready.ActivityQueues, &claimed, &ready.TimerAt, &ready.CloseWaiter)
+		}
 		return row.Scan(&found, &ok, &first, &ready.ActivityQueues, &claimed, &ready.TimerAt)
 	})
 	switch {
@@ -168,7 +171,7 @@ WITH inp AS (
     SET next_event_id = r.next_event_id + i.n, processed_event_id = i.processed, updated_at = i.now%[4]s
     FROM act JOIN inp i ON i.ix = act.ix
     WHERE r.run_id = act.run_id AND ` + runOpen + ` AND r.next_event_id = i.processed%[5]s
-    RETURNING i.ix, r.run_id, r.queue, r.next_event_id - i.n AS first_id, i.now, i.act_id, i.fired_seq
+    RETURNING i.ix, r.run_id, r.queue, r.next_event_id - i.n AS first_id, i.now, i.act_id, i.fired_seq, r.waiter
 ), done AS (
     %[6]s
 ` + manyEventsCTE
@@ -191,7 +194,7 @@ WITH inp AS (
 SELECT i.ix, (SELECT count(*) FROM act WHERE act.ix = i.ix), (SELECT count(*) FROM run WHERE run.ix = i.ix),
     (SELECT first_id FROM run WHERE run.ix = i.ix),`
 		closeTail = fences + `
-    NULL::text[], NULL::json, NULL::timestamptz
+    NULL::text[], NULL::json, NULL::timestamptz, coalesce((SELECT waiter FROM run WHERE run.ix = i.ix), '')
 FROM inp i ORDER BY i.ix`
 	)
 	scalars := []string{"run_id", "act_id", "act_attempt", "fired_seq", "processed", "now"}

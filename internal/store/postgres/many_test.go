@@ -42,6 +42,9 @@ func TestGroupedFusedStepsShareAStatement(t *testing.T) {
 	stale.Attempt++
 	commits[b] = fusedStep(runs[b], stale, now)
 	commits[c] = fusedStep(runs[c], acts[c], now)
+	watched, err := s.WatchRun(ctx, runs[d])
+	require.NoError(t, err)
+	require.True(t, watched, "another engine waits for run d")
 	commits[d] = fusedStep(runs[d], acts[d], now, history.WorkflowCompleted{Result: json.RawMessage(`7`)})
 	commits[d].Close = &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`7`)}
 	stale = acts[e]
@@ -72,6 +75,7 @@ func TestGroupedFusedStepsShareAStatement(t *testing.T) {
 
 	require.NoError(t, errs[d])
 	require.Equal(t, runs[d], ready[d].ClosedRun)
+	require.Equal(t, "*", ready[d].CloseWaiter, "the close says others wait")
 	require.Equal(t, []string{"workflow_started", "activity_scheduled", "activity_completed", "workflow_completed"},
 		eventTypes(t, s, runs[d]))
 	run, err := s.GetRun(ctx, runs[d])
@@ -118,7 +122,7 @@ func TestGroupedStartsShareAStatement(t *testing.T) {
 			}
 		}
 		return store.CreateRunParams{RunID: runID, WorkflowID: workflowID, WorkflowType: "T", Queue: "q",
-			Input: json.RawMessage(`1`), Now: now, First: first}
+			Input: json.RawMessage(`1`), Now: now, First: first, Waiter: "starter-" + workflowID}
 	}
 	starts := []store.CreateRunParams{
 		start("order-1", history.ActivityScheduled{Seq: 1, Activity: "A", Queue: "q"}),
@@ -146,6 +150,9 @@ func TestGroupedStartsShareAStatement(t *testing.T) {
 	require.True(t, fireAt.Equal(*runs[1].Ready.TimerAt))
 	require.Empty(t, runs[1].Ready.ActivityTasks)
 	require.Equal(t, []string{"workflow_started", "timer_started"}, eventTypes(t, s, starts[1].RunID))
+	got, err := s.GetRun(t.Context(), starts[1].RunID)
+	require.NoError(t, err)
+	require.Equal(t, "starter-order-2", got.Waiter, "each run names its own starter")
 	if first == 0 {
 		require.Len(t, runs[0].Ready.ActivityTasks, 1, "activity 1 is claimed for the starter")
 		require.Nil(t, runs[0].Ready.TimerAt)

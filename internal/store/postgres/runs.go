@@ -14,8 +14,10 @@ import (
 
 const createRunSQL = `
 WITH run AS (
-    INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, trace_context, created_at, updated_at)
-    VALUES (@run_id, @workflow_id, @workflow_type, @queue, 'running', @input, 2, nullif(@trace, ''), @now, @now)
+    INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, trace_context, waiter,
+        created_at, updated_at)
+    VALUES (@run_id, @workflow_id, @workflow_type, @queue, 'running', @input, 2, nullif(@trace, ''), nullif(@waiter, ''),
+        @now, @now)
     ON CONFLICT (workflow_id) WHERE status = 'running' DO NOTHING
     RETURNING run_id, queue
 ), ev AS (
@@ -42,13 +44,13 @@ var createRunMany = &manyStmt{
 WITH inp AS (
     SELECT * FROM unnest(@run_id::uuid[], @workflow_id::text[], @workflow_type::text[], @queue::text[], @input::jsonb[],
         @trace::text[], @now::timestamptz[], @event_type::text[], @event::jsonb[], @claim_as::text[], @until::timestamptz[],
-        @notify::bool[])
+        @notify::bool[], @waiter::text[])
         WITH ORDINALITY AS i(run_id, workflow_id, workflow_type, queue, input, trace, now, event_type, event, claim_as,
-            until, notify, ix)
+            until, notify, waiter, ix)
 ), run AS (
     INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, trace_context,
-        created_at, updated_at)
-    SELECT run_id, workflow_id, workflow_type, queue, 'running', input, 2, nullif(trace, ''), now, now
+        waiter, created_at, updated_at)
+    SELECT run_id, workflow_id, workflow_type, queue, 'running', input, 2, nullif(trace, ''), nullif(waiter, ''), now, now
     FROM inp ORDER BY ix
     ON CONFLICT (workflow_id) WHERE status = 'running' DO NOTHING
     RETURNING run_id
@@ -69,7 +71,7 @@ SELECT i.ix, count(run.run_id),
 FROM inp i LEFT JOIN run ON run.run_id = i.run_id LEFT JOIN task ON task.run_id = i.run_id
 GROUP BY i.ix ORDER BY i.ix`,
 	scalars: []string{"run_id", "workflow_id", "workflow_type", "queue", "input", "trace", "now", "event_type", "event",
-		"claim_as", "until", "notify"},
+		"claim_as", "until", "notify", "waiter"},
 }
 
 // createRunFirstSQL is createRunSQL for an eager start: the run comes with
@@ -77,9 +79,9 @@ GROUP BY i.ix ORDER BY i.ix`,
 const createRunFirstSQL = `
 WITH run AS (
     INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, processed_event_id,
-        trace_context, created_at, updated_at)
+        trace_context, waiter, created_at, updated_at)
     VALUES (@run_id, @workflow_id, @workflow_type, @queue, 'running', @input, 2 + cardinality(@types::text[]), 1,
-        nullif(@trace, ''), @now, @now)
+        nullif(@trace, ''), nullif(@waiter, ''), @now, @now)
     ON CONFLICT (workflow_id) WHERE status = 'running' DO NOTHING
     RETURNING run_id, queue, 2::bigint AS first_id
 ), started AS (
@@ -103,12 +105,13 @@ var createRunFirstMany = &manyStmt{
 	sql: `
 WITH inp AS (
     SELECT * FROM unnest(@run_id::uuid[], @workflow_id::text[], @workflow_type::text[], @queue::text[], @input::jsonb[],
-        @trace::text[], @now::timestamptz[], @event_type::text[], @event::jsonb[], @n_events::int[])
-        WITH ORDINALITY AS i(run_id, workflow_id, workflow_type, queue, input, trace, now, event_type, event, n, ix)
+        @trace::text[], @now::timestamptz[], @event_type::text[], @event::jsonb[], @n_events::int[], @waiter::text[])
+        WITH ORDINALITY AS i(run_id, workflow_id, workflow_type, queue, input, trace, now, event_type, event, n, waiter, ix)
 ), ins AS (
     INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, processed_event_id,
-        trace_context, created_at, updated_at)
-    SELECT run_id, workflow_id, workflow_type, queue, 'running', input, 2 + n, 1, nullif(trace, ''), now, now
+        trace_context, waiter, created_at, updated_at)
+    SELECT run_id, workflow_id, workflow_type, queue, 'running', input, 2 + n, 1, nullif(trace, ''), nullif(waiter, ''),
+        now, now
     FROM inp ORDER BY ix
     ON CONFLICT (workflow_id) WHERE status = 'running' DO NOTHING
     RETURNING run_id
@@ -119,8 +122,9 @@ WITH inp AS (
     SELECT run_id, 1, event_type, event, now FROM run
 ` + manyEventsCTE + manyActivitiesCTE + `)
 SELECT i.ix, (SELECT count(*) FROM run WHERE run.ix = i.ix),` + manyReadyColumns,
-	scalars: []string{"run_id", "workflow_id", "workflow_type", "queue", "input", "trace", "now", "event_type", "event"},
-	lists:   manyCommandLists,
+	scalars: []string{"run_id", "workflow_id", "workflow_type", "queue", "input", "trace", "now", "event_type", "event",
+		"waiter"},
+	lists: manyCommandLists,
 }
 
 // CreateRun implements store.Store.
@@ -142,6 +146,7 @@ func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.
 		"claim_as":      in.ClaimAs,
 		"until":         in.Now.Add(in.Lease),
 		"trace":         in.TraceContext,
+		"waiter":        in.Waiter,
 		"run_id":        in.RunID,
 		"workflow_id":   in.WorkflowID,
 		"workflow_type": in.WorkflowType,
@@ -167,6 +172,7 @@ func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.
 		CreatedAt:    in.Now,
 		UpdatedAt:    in.Now,
 		LastEventID:  1,
+		Waiter:       in.Waiter,
 		Token:        token,
 	}, nil
 }
@@ -199,6 +205,7 @@ func (s *Store) createRunFirst(ctx context.Context, in store.CreateRunParams, ev
 	args := make(namedArgs, commitArgs)
 	args["trace"], args["run_id"], args["workflow_id"], args["workflow_type"] = in.TraceContext, in.RunID, in.WorkflowID, in.WorkflowType
 	args["queue"], args["input"], args["now"], args["event_type"], args["event"] = in.Queue, jsonArg(in.Input), in.Now, eventType, event
+	args["waiter"] = in.Waiter
 	args["types"], args["attrs"] = types, attrs
 	activityArgs(args, f.Activities)
 	timerArgs(args, f.Timers)
@@ -221,7 +228,7 @@ func (s *Store) createRunFirst(ctx context.Context, in store.CreateRunParams, ev
 	return store.Run{
 		RunID: in.RunID, WorkflowID: in.WorkflowID, WorkflowType: in.WorkflowType, Queue: in.Queue,
 		Status: store.StatusRunning, Input: in.Input, CreatedAt: in.Now, UpdatedAt: in.Now,
-		LastEventID: 1 + int64(len(f.Events)), Ready: handedOff(f, ready, claimed),
+		LastEventID: 1 + int64(len(f.Events)), Waiter: in.Waiter, Ready: handedOff(f, ready, claimed),
 	}, nil
 }
 
@@ -237,7 +244,7 @@ const runOpen = `(r.status = 'running') IS TRUE`
 const runColumns = `
     r.run_id::text, r.workflow_id, r.workflow_type, r.queue, r.status, r.input, r.result, r.failure,
     r.created_at, r.updated_at, r.closed_at, r.next_event_id - 1,
-    coalesce(t.last_error, ''), coalesce(t.attempts, 0)
+    coalesce(t.last_error, ''), coalesce(t.attempts, 0), coalesce(r.waiter, '')
 FROM durable_runs r LEFT JOIN durable_workflow_tasks t ON t.run_id = r.run_id`
 
 const (
@@ -249,6 +256,20 @@ const (
 	getLatestSQL = `SELECT ` + runColumns + ` WHERE r.workflow_id = $1
 ORDER BY r.created_at DESC, r.status = 'running' DESC, r.status = 'continued_as_new', r.run_id LIMIT 1`
 )
+
+// watchRunSQL marks an open run as waited for by engines besides its
+// starter. Its row lock orders it with the run's close, which reads waiter
+// in the same row: the close sees "*", or this sees the run closed.
+const watchRunSQL = `UPDATE durable_runs SET waiter = '*' WHERE run_id = $1 AND status = 'running'`
+
+// WatchRun implements store.Store.
+func (s *Store) WatchRun(ctx context.Context, runID string) (bool, error) {
+	tag, err := s.db.Exec(ctx, watchRunSQL, runID)
+	if err != nil {
+		return false, fmt.Errorf("watch run %s: %w", runID, translate(err))
+	}
+	return tag.RowsAffected() == 1, nil
+}
 
 // GetRunByWorkflowID implements store.Store.
 func (s *Store) GetRunByWorkflowID(ctx context.Context, workflowID string) (store.Run, error) {
@@ -276,7 +297,7 @@ func scanRun(row pgx.CollectableRow) (store.Run, error) {
 		failure []byte
 	)
 	err := row.Scan(&r.RunID, &r.WorkflowID, &r.WorkflowType, &r.Queue, &r.Status, &r.Input, &r.Result, &failure,
-		&r.CreatedAt, &r.UpdatedAt, &r.ClosedAt, &r.LastEventID, &r.TaskError, &r.TaskAttempts)
+		&r.CreatedAt, &r.UpdatedAt, &r.ClosedAt, &r.LastEventID, &r.TaskError, &r.TaskAttempts, &r.Waiter)
 	if err != nil {
 		return r, err
 	}

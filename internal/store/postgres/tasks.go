@@ -130,7 +130,7 @@ const commitWorkflowTaskSQL = commitLockCTE + `, acts_locked AS (
       -- (a condition on no row of the UPDATE, evaluated before its scan).
       AND (SELECT count(*) FROM acts_locked) >= 0
     RETURNING r.run_id, r.queue, r.workflow_id, r.workflow_type, r.input, r.trace_context,
-        r.parent_run_id, r.parent_seq, r.parent_close_policy,
+        r.parent_run_id, r.parent_seq, r.parent_close_policy, r.waiter,
         r.next_event_id - cardinality(@types::text[]) AS first_id
 ), dead AS (
     -- A failed run is kept as a dead letter, to be redriven after a fix.
@@ -155,9 +155,9 @@ const commitWorkflowTaskSQL = commitLockCTE + `, acts_locked AS (
 ), next_run AS (
     -- Continue-as-new: the next run of the workflow ID, with a new history.
     INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, trace_context,
-        parent_run_id, parent_seq, parent_close_policy, created_at, updated_at)
+        parent_run_id, parent_seq, parent_close_policy, waiter, created_at, updated_at)
     SELECT @next_run_id::uuid, workflow_id, workflow_type, queue, 'running', @next_input::jsonb, 2, trace_context,
-        parent_run_id, parent_seq, parent_close_policy, @now, @now
+        parent_run_id, parent_seq, parent_close_policy, waiter, @now, @now
     FROM run WHERE @close_status::text = 'continued_as_new'
     RETURNING run_id, queue, workflow_id, workflow_type
 ), next_ev AS (
@@ -184,7 +184,7 @@ SELECT (SELECT count(*) FROM run), (SELECT first_id FROM run),
     (SELECT array_agg(DISTINCT queue) FROM acts WHERE run_after <= @now AND locked_by IS NULL),
     (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until)) FROM acts WHERE locked_by IS NOT NULL),
     coalesce((SELECT queue FROM rel), (SELECT queue FROM next_task)),
-    (SELECT min(fire_at) FROM tmr)`
+    (SELECT min(fire_at) FROM tmr), coalesce((SELECT waiter FROM run), '')`
 
 // commitStepSQL is commitWorkflowTaskSQL for the common step: events and
 // activities only (no timers, cancellations or close). Each CTE costs
@@ -212,7 +212,7 @@ SELECT (SELECT count(*) FROM run), (SELECT first_id FROM run),
     (SELECT array_agg(DISTINCT queue) FROM acts WHERE run_after <= @now AND locked_by IS NULL),
     (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until)) FROM acts WHERE locked_by IS NOT NULL),
     (SELECT queue FROM rel),
-    NULL::timestamptz`
+    NULL::timestamptz, ''::text`
 
 // timerArgs sets the arguments of the timers a commit starts.
 func timerArgs(args namedArgs, timers []store.NewTimer) {
@@ -269,7 +269,7 @@ WITH inp AS (
 SELECT i.ix, (SELECT count(*) FROM run WHERE run.ix = i.ix), (SELECT first_id FROM run WHERE run.ix = i.ix),` +
 		manyActivityColumns + `,
     (SELECT queue FROM rel WHERE rel.run_id = i.run_id),
-    NULL::timestamptz
+    NULL::timestamptz, ''::text
 FROM inp i ORDER BY i.ix`,
 	scalars: []string{"run_id", "token", "processed", "now"},
 	lists:   manyCommandLists,
@@ -331,7 +331,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 		first    *int64
 	)
 	scan := func(row pgx.Row) error {
-		return row.Scan(&ok, &first, &ready.ActivityQueues, &claimed, &released, &ready.TimerAt)
+		return row.Scan(&ok, &first, &ready.ActivityQueues, &claimed, &released, &ready.TimerAt, &ready.CloseWaiter)
 	}
 	if len(in.Children) > 0 || (in.Close != nil && (in.ParentRunID != "" || in.CloseChildren)) {
 		// Children and parents: more than one statement, in one transaction.

@@ -216,3 +216,66 @@ func testCreateRunWithFirstTaskRecordsItsCommands(t *testing.T, b *bundle) {
 	_, err = b.s.GetRun(b.ctx, again.RunID)
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
+
+// A run names the engine that may wait for its close (its starter); an
+// engine that waits too makes it "*". Each close says whom it concerns,
+// whether it is a plain close or a fused one.
+func testRunWaiterSaysWhoWaitsForTheClose(t *testing.T, b *bundle) {
+	start := func(workflowID, waiter string) store.Run {
+		t.Helper()
+		run, err := b.s.CreateRun(b.ctx, store.CreateRunParams{
+			RunID: uuid.NewString(), WorkflowID: workflowID, WorkflowType: "Order", Queue: wfQueue,
+			Input: json.RawMessage(`1`), Now: b.now, Waiter: waiter,
+		})
+		require.NoError(t, err)
+		require.Equal(t, waiter, run.Waiter)
+		require.Equal(t, waiter, b.getRun(t, run.RunID).Waiter)
+		return run
+	}
+	closeRun := func(run store.Run) store.Ready {
+		t.Helper()
+		task := b.claimOneWorkflow(t, wfQueue, b.now)
+		require.Equal(t, run.RunID, task.RunID)
+		ready, err := b.s.CommitWorkflowTask(b.ctx, store.CommitWorkflowTaskParams{
+			RunID: run.RunID, Token: task.Token, ProcessedEventID: 1, Now: b.now,
+			Events: []history.Attributes{history.WorkflowCompleted{Result: json.RawMessage(`2`)}},
+			Close:  &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`2`)},
+		})
+		require.NoError(t, err)
+		require.Equal(t, run.RunID, ready.ClosedRun)
+		return ready
+	}
+
+	mine := start("mine", "engine-a")
+	require.Equal(t, "engine-a", closeRun(mine).CloseWaiter, "only its starter waits")
+	watched, err := b.s.WatchRun(b.ctx, mine.RunID)
+	require.NoError(t, err)
+	require.False(t, watched, "a closed run is not waited for")
+
+	shared := start("shared", "engine-a")
+	watched, err = b.s.WatchRun(b.ctx, shared.RunID)
+	require.NoError(t, err)
+	require.True(t, watched)
+	require.Equal(t, "*", b.getRun(t, shared.RunID).Waiter)
+	require.Equal(t, "*", closeRun(shared).CloseWaiter, "another engine waits too")
+
+	anyone := start("anyone", "")
+	require.Empty(t, closeRun(anyone).CloseWaiter, "unnamed: anyone may wait")
+
+	watched, err = b.s.WatchRun(b.ctx, uuid.NewString())
+	require.NoError(t, err)
+	require.False(t, watched, "no such run")
+
+	// A fused close says the same.
+	fused := b.runWithActivities(t, "fused", 1, 0)
+	watched, err = b.s.WatchRun(b.ctx, fused.RunID)
+	require.NoError(t, err)
+	require.True(t, watched)
+	act := b.claimOneActivity(t, b.now)
+	commit := fusedStep(fused, act, 3, b.now, history.WorkflowCompleted{Result: json.RawMessage(`"done"`)})
+	commit.Close = &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`"done"`)}
+	ready, err := b.s.CommitWorkflowTask(b.ctx, commit)
+	require.NoError(t, err)
+	require.Equal(t, fused.RunID, ready.ClosedRun)
+	require.Equal(t, "*", ready.CloseWaiter)
+}

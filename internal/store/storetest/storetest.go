@@ -53,6 +53,7 @@ var cases = []struct {
 	{"ListEventsAfterID", testListEventsAfterID},
 	{"CreateRunClaimAsHandsOffFirstTask", testCreateRunClaimAsHandsOffFirstTask},
 	{"CreateRunWithFirstTaskRecordsItsCommands", testCreateRunWithFirstTaskRecordsItsCommands},
+	{"RunWaiterSaysWhoWaitsForTheClose", testRunWaiterSaysWhoWaitsForTheClose},
 
 	// workflowtasks.go
 	{"ClaimSkipsLockedTask", testClaimSkipsLockedTask},

@@ -1,0 +1,13 @@
+-- Who may wait for a run's close with Result, so that a close nobody
+-- elsewhere waits for is not announced. Announcing a close costs a NOTIFY
+-- transaction and a message to every listening engine; in the W1 benchmark
+-- these were a third of all transactions, for waiters that were all in the
+-- process that closed the runs (docs/performance.md, item 37).
+--
+-- NULL: anyone (every close is announced, as before this column; runs
+-- started by older engines and child runs). An engine's ID: the engine that
+-- started the run, which learns of its own closes without a notification.
+-- '*': engines elsewhere wait too. An engine that waits for a run naming
+-- another engine sets '*' before it waits; the close reads the column under
+-- the run's row lock, so it sees that or the waiter sees the close.
+ALTER TABLE durable_runs ADD COLUMN waiter text;
