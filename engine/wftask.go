@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,10 @@ var errUnregistered = errors.New("not registered")
 
 // testHookWorkflowTask, set only by tests, observes workflow tasks.
 var testHookWorkflowTask atomic.Pointer[func(runID string, enter bool)]
+
+// taskEndKey carries, while testHookWorkflowTask is set, the function that
+// reports the end of the claimed workflow task being processed.
+type taskEndKey struct{}
 
 // claimWorkflowTasks claims ready tasks of the workflow types this engine
 // has: a type no worker has waits, ready, and shows in the queue's
@@ -81,8 +86,13 @@ func (e *Engine) prefetchHistories(ctx context.Context, tasks []store.WorkflowTa
 // code produced and commits them, with all their effects, in one transaction.
 func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) {
 	if h := testHookWorkflowTask.Load(); h != nil {
+		// The task ends when its commit does (or when it gives up): from
+		// then on another worker may claim the run's next task.
 		(*h)(t.RunID, true)
-		defer (*h)(t.RunID, false)
+		var once sync.Once
+		end := func() { once.Do(func() { (*h)(t.RunID, false) }) }
+		ctx = context.WithValue(ctx, taskEndKey{}, end)
+		defer end()
 	}
 	attrs := []slog.Attr{slog.String("run_id", t.RunID), slog.String("workflow", t.WorkflowType)}
 	began := time.Now()
@@ -187,6 +197,9 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 	}
 	handOff := e.handOffActivities(t.RunID, commit.Activities, inlineQueue)
 	ready, err := e.store.CommitWorkflowTask(ctx, commit)
+	if end, ok := ctx.Value(taskEndKey{}).(func()); ok && fused == nil {
+		end()
+	}
 	committed := err == nil
 	if fused != nil {
 		x.ReleaseLogs(err == nil) // a refused step's lines are dropped
