@@ -262,15 +262,21 @@ func (e *Engine) resolveFailed(ctx context.Context, t store.ActivityTask, attrs 
 	return e.resolve(ctx, t, attrs, history.ActivityFailed{Seq: t.Seq, Failure: f})
 }
 
-func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, ev history.Attributes) *store.ActivityTask {
+func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, ev history.Attributes) (next *store.ActivityTask) {
 	if t.RunID != "" {
-		if handled, then, next := e.fuse(ctx, t, attrs, ev); handled {
+		var (
+			handled bool
+			then    *store.WorkflowTask
+		)
+		if handled, then, next = e.fuse(ctx, t, attrs, ev); handled {
 			if then != nil {
 				e.processWorkflowTask(ctx, *then)
 			}
 			return next
 		}
 	}
+	// A task claimed for the slot by a refused fused step (next) is run
+	// next all the same.
 	in := store.ResolveActivityParams{RunID: t.RunID, TaskID: t.ID, Attempt: t.Attempt, Event: ev, Now: e.now()}
 	// The run's next workflow task is claimed by this transaction and run
 	// here, if this engine serves its queue and has a free slot.
@@ -291,10 +297,10 @@ func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog
 	}
 	if err != nil {
 		e.logLostWrite(ctx, "record activity outcome", attrs, err)
-		return nil
+		return next
 	}
 	e.announce(ready)
-	return nil
+	return next
 }
 
 // logLostWrite logs a write that did not happen. A lost lease is expected

@@ -80,3 +80,17 @@ func (b *activityBacklog) take(queue string, n int) []store.ActivityKey {
 	}
 	return keys
 }
+
+// takeForSlot is take for a slot about to become free: whether the queue
+// has a backlog, and if so its oldest entry, or none every
+// backlogShare-th time.
+func (b *activityBacklog) takeForSlot(queue string) (keys []store.ActivityKey, ok bool) {
+	b.mu.Lock()
+	q := b.queues[queue]
+	ok = q != nil && len(q.keys) > 0
+	b.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	return b.take(queue, 1), true
+}

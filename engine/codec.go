@@ -181,6 +181,14 @@ func (s codecStorage) decodeReady(r store.Ready) store.Ready {
 		}
 		r.ActivityTasks = tasks
 	}
+	if r.Next != nil {
+		t := *r.Next
+		if s.decodeActivityTask(&t) == nil {
+			r.Next = &t
+		} else {
+			r.Next = nil // as a hand-off that does not decode: its lease ends
+		}
+	}
 	if r.Closed != nil && codec.IsWrapped(r.Closed.Result) {
 		c := *r.Closed
 		if field("result", &c.Result, s.decode) == nil {

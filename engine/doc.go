@@ -108,7 +108,10 @@
 // and the outcome and the commands it gave are committed in one
 // transaction, fenced by the activity's attempt and the run's next event ID
 // (no workflow task is claimed). The step runs in the activity's slot, which
-// then runs the next activity the step scheduled on its queue. If anything
+// then runs the next activity the step scheduled on its queue; if it
+// scheduled none there (the run waits on something else, or closes) and the
+// engine has activities waiting for a slot on that queue, the step's
+// transaction claims the queue's next task for the slot. If anything
 // else reached the run meanwhile (a signal, a timer, another engine), the
 // commit changes nothing and the step is taken the ordinary way; what the
 // workflow logged in the refused attempt is dropped. Steps that start

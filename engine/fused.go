@@ -33,10 +33,13 @@ type fusedOutcome struct {
 // The workflow task runs in the activity's slot: it is the same goroutine,
 // one step later. fuse reports whether it took care of the outcome. It
 // returns the run's workflow task if it claimed one for the caller to run
-// (then), and the activity the step scheduled and claimed for the slot
-// (next). If it did not (the run is not cached, or moved on
-// meanwhile), the caller records the outcome on its own, and the run's next
-// task reads its history as usual.
+// (then), and the activity the step claimed for the slot (next): the next
+// one the step scheduled, or, if it scheduled none, the queue's next task
+// (store.CommitWorkflowTaskParams.ClaimNext). If it did not take care of
+// the outcome (the run is not cached, or moved on meanwhile), the caller
+// records the outcome on its own, and the run's next task reads its
+// history as usual; a next task claimed meanwhile is the slot's all the
+// same.
 func (e *Engine) fuse(ctx context.Context, at store.ActivityTask, attrs []slog.Attr, ev history.Attributes) (handled bool, then *store.WorkflowTask, next *store.ActivityTask) {
 	x, t := e.cache.take(at.RunID)
 	if x == nil {
@@ -82,12 +85,12 @@ func (e *Engine) stepFused(ctx context.Context, x wfexec.Executor, t store.Workf
 	case err == nil:
 		return true, nil, next
 	case errors.Is(err, store.ErrRunMoved):
-		return false, nil, nil
+		return false, nil, next // a task claimed for the slot is its all the same
 	case errors.Is(err, errNotFusable):
 		then, handled := notFusable(x, cmds, wattrs, span, before)
 		return handled, then, nil
 	}
-	return false, nil, nil // commitTask returns no other error
+	return false, nil, next // commitTask returns no other error
 }
 
 // resolveThenCommit is a fused step in two transactions, for commands the

@@ -38,6 +38,7 @@ type stepCounts struct {
 	eager          int // runs inserted with their first task
 	woken          int // tasks a timer fire handed over
 	claimed        int // workflow tasks claimed from the queue
+	claimedActs    int // activity tasks claimed from the queue
 	runReads       int // GetRun calls
 }
 
@@ -104,6 +105,12 @@ func (s *stepCounter) FireTimersClaiming(ctx context.Context, in store.FireTimer
 func (s *stepCounter) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
 	tasks, err := s.storage.ClaimWorkflowTasks(ctx, in)
 	s.count(func(n *stepCounts) { n.claimed += len(tasks) })
+	return tasks, err
+}
+
+func (s *stepCounter) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
+	tasks, err := s.storage.ClaimActivityTasks(ctx, in)
+	s.count(func(n *stepCounts) { n.claimedActs += len(tasks) })
 	return tasks, err
 }
 

@@ -196,6 +196,15 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 		inlineQueue = fused.task.Queue
 	}
 	handOff := e.handOffActivities(t.RunID, commit.Activities, inlineQueue)
+	if inlineQueue != "" && handOff.inline == 0 {
+		// The slot has nothing of this run to run next. If this engine has
+		// a backlog on its queue, the commit claims the queue's next task
+		// for the slot: no claim transaction, no idle slot meanwhile.
+		if keys, ok := e.backlog.takeForSlot(inlineQueue); ok {
+			commit.ClaimNext = &store.ClaimParams{Queue: inlineQueue, WorkerID: e.opts.WorkerID, Limit: 1, Now: now,
+				Types: e.registered(false), Prefer: keys}
+		}
+	}
 	ready, err := e.store.CommitWorkflowTask(ctx, commit)
 	if end, ok := ctx.Value(taskEndKey{}).(func()); ok && fused == nil {
 		end()
@@ -209,7 +218,11 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 	}
 	// The claimed activities start once the run is back in the cache (at
 	// return): one that finishes at once then finds it there.
-	defer func() { next = handOff.start(ready.ActivityTasks, committed) }()
+	defer func() {
+		if next = handOff.start(ready.ActivityTasks, committed); next == nil {
+			next = ready.Next // claimed for the slot even if the step was refused
+		}
+	}()
 	if err != nil {
 		x.Close()
 		switch {

@@ -142,6 +142,8 @@ type Ready struct {
 	// (see ClaimAs): it runs them itself.
 	WorkflowTasks []WorkflowTask
 	ActivityTasks []ActivityTask
+	// Next is the task CommitWorkflowTaskParams.ClaimNext claimed, if any.
+	Next *ActivityTask
 }
 
 // ClaimParams are the inputs of the Claim methods.
@@ -281,6 +283,14 @@ type CommitWorkflowTaskParams struct {
 	// other new events (a timer that fired elsewhere is one) or is closed.
 	// Only two shapes may be fused (see Fusable).
 	Outcome *Outcome
+	// ClaimNext, if set, claims one more activity task (at most; Limit is
+	// not read) in the commit's transaction, as ClaimActivityTasks would,
+	// and returns it in Ready.Next: the next task for the slot whose
+	// activity the commit records, without a claim transaction of its own.
+	// It is taken even if the commit is refused (ErrLeaseLost,
+	// ErrRunMoved). The store may ignore it: it honours it only where the
+	// commit shares a transaction with others (group commit).
+	ClaimNext *ClaimParams
 }
 
 // Outcome is what a fused step records before its commands: the outcome

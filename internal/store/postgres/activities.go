@@ -52,23 +52,31 @@ RETURNING t.id, coalesce(t.run_id::text, ''),
 
 // ClaimActivityTasks implements store.Store.
 func (s *Store) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
-	prefRun, prefSeq := make([]string, len(in.Prefer)), make([]int64, len(in.Prefer))
-	for i, k := range in.Prefer {
-		prefRun[i], prefSeq[i] = k.RunID, k.Seq
-	}
-	tasks, err := queryIndexed(ctx, s, claimActivityTasksSQL, namedArgs{
-		"queue": in.Queue, "now": in.Now, "limit": in.Limit, "worker": in.WorkerID,
-		"any_type": in.Types == nil, "types": arrayArg(in.Types), "pref_run": prefRun, "pref_seq": prefSeq,
-	}, func(row pgx.CollectableRow) (store.ActivityTask, error) {
-		var t store.ActivityTask
-		err := row.Scan(&t.ID, &t.RunID, &t.WorkflowID, &t.WorkflowQueue, &t.TraceContext, &t.Seq, &t.Activity, &t.Queue, &t.Input, &t.IdempotencyKey,
-			&t.Attempt, &t.MaxAttempts, &t.RateLimited, &t.Options, &t.LockedUntil, &t.ScheduledAt, &t.LastError, &t.Heartbeat)
-		return t, err
-	})
+	tasks, err := queryIndexed(ctx, s, claimActivityTasksSQL, claimActivityArgs(in), scanActivityTask)
 	if err != nil {
 		return nil, fmt.Errorf("claim activity tasks on queue %q: %w", in.Queue, err)
 	}
 	return tasks, nil
+}
+
+// claimActivityArgs are claimActivityTasksSQL's arguments for in.
+func claimActivityArgs(in store.ClaimParams) namedArgs {
+	prefRun, prefSeq := make([]string, len(in.Prefer)), make([]int64, len(in.Prefer))
+	for i, k := range in.Prefer {
+		prefRun[i], prefSeq[i] = k.RunID, k.Seq
+	}
+	return namedArgs{
+		"queue": in.Queue, "now": in.Now, "limit": in.Limit, "worker": in.WorkerID,
+		"any_type": in.Types == nil, "types": arrayArg(in.Types), "pref_run": prefRun, "pref_seq": prefSeq,
+	}
+}
+
+// scanActivityTask reads a row of claimActivityTasksSQL.
+func scanActivityTask(row pgx.CollectableRow) (store.ActivityTask, error) {
+	var t store.ActivityTask
+	err := row.Scan(&t.ID, &t.RunID, &t.WorkflowID, &t.WorkflowQueue, &t.TraceContext, &t.Seq, &t.Activity, &t.Queue, &t.Input, &t.IdempotencyKey,
+		&t.Attempt, &t.MaxAttempts, &t.RateLimited, &t.Options, &t.LockedUntil, &t.ScheduledAt, &t.LastError, &t.Heartbeat)
+	return t, err
 }
 
 // resolveTailSQL is what both outcome statements do after deleting the

@@ -126,12 +126,13 @@ func (s *Store) commitFused(ctx context.Context, in store.CommitWorkflowTaskPara
 		first     *int64
 		claimed   []claimedActivity
 	)
-	err := s.queryRowMany(ctx, in.RunID, sql, many, args, func(row pgx.Row) error {
+	next, err := s.queryRowClaiming(ctx, in.RunID, sql, many, args, in.ClaimNext, func(row pgx.Row) error {
 		if in.Close != nil { // a close says who may wait for it
 			return row.Scan(&found, &ok, &first, &ready.ActivityQueues, &claimed, &ready.TimerAt, &ready.CloseWaiter)
 		}
 		return row.Scan(&found, &ok, &first, &ready.ActivityQueues, &claimed, &ready.TimerAt)
 	})
+	ready.Next = next // the slot's, whatever became of the write
 	switch {
 	case err != nil && kind == 1:
 		return nil, fmt.Errorf("commit workflow task of run %s with the firing of timer %d: %w", in.RunID, o.TimerSeq, translate(err))

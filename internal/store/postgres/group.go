@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/internal/store"
 )
 
 // grouper commits the writes of many workflow steps in one transaction.
@@ -37,7 +39,12 @@ type groupReq struct {
 	args namedArgs
 	scan func(pgx.Row) error
 	many *manyStmt // if set, the statement that does this write with others of its kind
-	done chan error
+	// claim, if set, claims one activity task in the write's transaction
+	// (store.CommitWorkflowTaskParams.ClaimNext); next is what it took,
+	// set before done.
+	claim *store.ClaimParams
+	next  *store.ActivityTask
+	done  chan error
 }
 
 // StartGroupCommit makes CommitWorkflowTask, ResolveActivity and eager
@@ -70,13 +77,22 @@ func (s *Store) queryRow(ctx context.Context, key, sql string, args namedArgs, s
 // queryRowMany is queryRow for a write that a group may do together with
 // others of its kind, in many's one statement.
 func (s *Store) queryRowMany(ctx context.Context, key, sql string, many *manyStmt, args namedArgs, scan func(pgx.Row) error) error {
+	_, err := s.queryRowClaiming(ctx, key, sql, many, args, nil, scan)
+	return err
+}
+
+// queryRowClaiming is queryRowMany that, when the write is grouped, also
+// claims an activity task in its transaction as claim asks, and returns it.
+func (s *Store) queryRowClaiming(ctx context.Context, key, sql string, many *manyStmt, args namedArgs,
+	claim *store.ClaimParams, scan func(pgx.Row) error) (*store.ActivityTask, error) {
 	if g := s.group.Load(); g != nil && s.db == dbtx(s.pool) {
-		r := &groupReq{ctx: ctx, key: key, sql: sql, args: args, scan: scan, many: many, done: make(chan error, 1)}
+		r := &groupReq{ctx: ctx, key: key, sql: sql, args: args, scan: scan, many: many, claim: claim, done: make(chan error, 1)}
 		if g.submit(r) {
-			return <-r.done
+			err := <-r.done
+			return r.next, err
 		}
 	}
-	return scan(s.db.QueryRow(ctx, sql, args))
+	return nil, scan(s.db.QueryRow(ctx, sql, args))
 }
 
 func (g *grouper) submit(r *groupReq) bool {
@@ -140,7 +156,7 @@ func (g *grouper) flush() {
 }
 
 func (g *grouper) commit(batch []*groupReq) {
-	if len(batch) == 1 {
+	if len(batch) == 1 && batch[0].claim == nil {
 		r := batch[0]
 		r.done <- r.scan(g.s.pool.QueryRow(r.ctx, r.sql, r.args))
 		return
@@ -184,6 +200,9 @@ func (g *grouper) commit(batch []*groupReq) {
 		}
 		b.Queue(m.sql, args).Query(m.scanEach(reqs))
 	}
+	// The claims go last: they never wait for a lock (SKIP LOCKED), so a
+	// transaction that holds their locks waits for nothing more.
+	queueClaims(b, batch, !planned)
 	err := g.s.pool.SendBatch(ctx, b).Close()
 	if err == nil {
 		for _, m := range kinds {
@@ -198,11 +217,58 @@ func (g *grouper) commit(batch []*groupReq) {
 	}
 	if errors.Is(err, context.Canceled) {
 		for _, r := range batch {
+			r.next = nil
 			r.done <- err
 		}
 		return
 	}
-	for _, r := range batch { // find the bad write: each on its own
+	for _, r := range batch { // find the bad write: each on its own; nothing was claimed
+		r.next = nil
 		r.done <- r.scan(g.s.pool.QueryRow(r.ctx, r.sql, r.args))
+	}
+}
+
+// queueClaims adds to b the claims of the batch's writes: one statement
+// for all that claim alike (queue, worker, types), each write getting at
+// most one task. plan says whether indexPlans must go first.
+func queueClaims(b *pgx.Batch, batch []*groupReq, plan bool) {
+	var keys []string
+	same := map[string][]*groupReq{}
+	for _, r := range batch {
+		if r.claim == nil {
+			continue
+		}
+		k := r.claim.Queue + "\x00" + r.claim.WorkerID + "\x00" + strings.Join(r.claim.Types, "\x00")
+		if r.claim.Types == nil {
+			k += "\x01" // any type
+		}
+		if same[k] == nil {
+			keys = append(keys, k)
+		}
+		same[k] = append(same[k], r)
+	}
+	if len(keys) == 0 {
+		return
+	}
+	if plan {
+		b.Queue(indexPlans)
+	}
+	for _, k := range keys {
+		reqs := same[k]
+		in := *reqs[0].claim
+		in.Limit, in.Prefer = len(reqs), nil
+		for _, r := range reqs {
+			in.Prefer = append(in.Prefer, r.claim.Prefer...)
+			if r.claim.Now.After(in.Now) {
+				in.Now = r.claim.Now
+			}
+		}
+		b.Queue(claimActivityTasksSQL, claimActivityArgs(in)).Query(func(rows pgx.Rows) error {
+			tasks, err := pgx.CollectRows(rows, scanActivityTask)
+			for i := range min(len(tasks), len(reqs)) {
+				reqs[i].next = &tasks[i]
+			}
+			return err
+		})
 	}
 }

@@ -293,3 +293,82 @@ func eventTypes(t *testing.T, s *postgres.Store, runID string) []string {
 	}
 	return types
 }
+
+// A grouped write with ClaimNext claims one task in its transaction: the
+// writes that ask claim alike in one statement, the named (preferred) task
+// first, then the queue's oldest; a write refused by its fence gets its
+// task all the same. Outside group commit nothing is claimed.
+func TestClaimNextRidesTheGroup(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	s := postgres.New(pool)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	runs, acts := runsWithClaimedActivity(t, s, now, 3)
+
+	// Ready: two jobs, the oldest tasks of the queue, and a run's activity,
+	// the newest, which one write names.
+	job := func(key string, at time.Time) int64 {
+		id, _, err := s.EnqueueJob(ctx, store.EnqueueJobParams{Now: at, Task: store.NewActivityTask{
+			Activity: "A", Queue: "q", Input: json.RawMessage(`1`), IdempotencyKey: key, Lease: time.Minute, RunAfter: at,
+		}})
+		require.NoError(t, err)
+		return id
+	}
+	oldest, second := job("job-1", now.Add(-2*time.Second)), job("job-2", now.Add(-time.Second))
+	named, err := s.CreateRun(ctx, store.CreateRunParams{RunID: uuid.NewString(), WorkflowID: "named", WorkflowType: "T",
+		Queue: "q", Input: json.RawMessage(`1`), Now: now})
+	require.NoError(t, err)
+	wt, err := s.ClaimWorkflowTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 1, Now: now, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, wt, 1)
+	_, err = s.CommitWorkflowTask(ctx, store.CommitWorkflowTaskParams{
+		RunID: named.RunID, Token: wt[0].Token, ProcessedEventID: 1, Now: now,
+		Events: []history.Attributes{history.ActivityScheduled{Seq: 1, Activity: "A", Queue: "q"}},
+		Activities: []store.NewActivityTask{{Seq: 1, Activity: "A", Queue: "q", IdempotencyKey: named.RunID + ":1",
+			Lease: time.Minute, RunAfter: now}},
+	})
+	require.NoError(t, err)
+
+	claim := func(prefer ...store.ActivityKey) *store.ClaimParams {
+		return &store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 1, Now: now, Prefer: prefer}
+	}
+	done := json.RawMessage(`"done"`)
+	closing := fusedStep(runs[0], acts[0], now, history.WorkflowCompleted{Result: done})
+	closing.Close = &store.CloseRun{Status: store.StatusCompleted, Result: done}
+	closing.ClaimNext = claim(store.ActivityKey{RunID: named.RunID, Seq: 1})
+	stale := acts[1]
+	stale.Attempt++
+	refused := fusedStep(runs[1], stale, now, history.WorkflowCompleted{Result: done})
+	refused.Close = &store.CloseRun{Status: store.StatusCompleted, Result: done}
+	refused.ClaimNext = claim()
+
+	ready, errs, _ := together(t, s, []store.CommitWorkflowTaskParams{closing, refused}, s.CommitWorkflowTask)
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], store.ErrLeaseLost)
+	require.NotNil(t, ready[0].Next)
+	require.NotNil(t, ready[1].Next, "the refused write's claim holds")
+	var got []string
+	for _, r := range ready {
+		require.Equal(t, 1, r.Next.Attempt, "claimed as a claim would")
+		if r.Next.RunID == named.RunID {
+			got = append(got, "named")
+		} else {
+			got = append(got, fmt.Sprint(r.Next.ID))
+		}
+	}
+	require.ElementsMatch(t, []string{"named", fmt.Sprint(oldest)}, got, "the named task, then the oldest")
+
+	// Without group commit, ClaimNext is not honoured: the last job stays.
+	plain := postgres.New(pool)
+	alone := fusedStep(runs[2], acts[2], now, history.WorkflowCompleted{Result: done})
+	alone.Close = &store.CloseRun{Status: store.StatusCompleted, Result: done}
+	alone.ClaimNext = claim()
+	r, err := plain.CommitWorkflowTask(ctx, alone)
+	require.NoError(t, err)
+	require.Nil(t, r.Next)
+	left, err := s.ClaimActivityTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "x", Limit: 10, Now: now})
+	require.NoError(t, err)
+	require.Len(t, left, 1)
+	require.Equal(t, second, left[0].ID)
+}
