@@ -3,6 +3,7 @@ package postgres
 import (
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -98,11 +99,7 @@ type manyList struct {
 func (m *manyStmt) args(reqs []*groupReq) (namedArgs, error) {
 	out := make(namedArgs, len(m.scalars)+4*len(m.lists))
 	for _, name := range m.scalars {
-		v := make([]any, len(reqs))
-		for i, r := range reqs {
-			v[i] = r.args[name]
-		}
-		out[name] = v
+		out[name] = mergeScalars(reqs, name)
 	}
 	for _, l := range m.lists {
 		lens := make([]int, len(reqs))
@@ -148,17 +145,90 @@ func (m *manyStmt) args(reqs []*groupReq) (namedArgs, error) {
 			out[l.count] = count
 		}
 		for _, name := range l.names {
-			all := reflect.ValueOf(reqs[0].args[name])
-			all = reflect.AppendSlice(reflect.MakeSlice(all.Type(), 0, total), all)
-			for _, r := range reqs[1:] {
-				v := reflect.ValueOf(r.args[name])
-				if v.Type() != all.Type() {
-					return nil, fmt.Errorf("postgres store: argument @%s is %s and %s", name, all.Type(), v.Type())
-				}
-				all = reflect.AppendSlice(all, v)
+			all, err := mergeLists(reqs, name, total)
+			if err != nil {
+				return nil, err
 			}
-			out[name] = all.Interface()
+			out[name] = all
 		}
+	}
+	return out, nil
+}
+
+// mergeScalars is the array of the writes' argument name: typed, so that
+// pgx encodes it without reflection, if all are of one common type.
+func mergeScalars(reqs []*groupReq, name string) any {
+	var (
+		v  any
+		ok bool
+	)
+	switch reqs[0].args[name].(type) {
+	case string:
+		v, ok = scalarsOf[string](reqs, name)
+	case int64:
+		v, ok = scalarsOf[int64](reqs, name)
+	case int:
+		v, ok = scalarsOf[int](reqs, name)
+	case time.Time:
+		v, ok = scalarsOf[time.Time](reqs, name)
+	case bool:
+		v, ok = scalarsOf[bool](reqs, name)
+	}
+	if ok {
+		return v
+	}
+	all := make([]any, len(reqs)) // mixed, or nil in some (NULL)
+	for i, r := range reqs {
+		all[i] = r.args[name]
+	}
+	return all
+}
+
+func scalarsOf[T any](reqs []*groupReq, name string) ([]T, bool) {
+	out := make([]T, len(reqs))
+	for i, r := range reqs {
+		v, ok := r.args[name].(T)
+		if !ok {
+			return nil, false
+		}
+		out[i] = v
+	}
+	return out, true
+}
+
+// mergeLists concatenates the writes' array argument name, total elements
+// in all; the arrays must be of one type.
+func mergeLists(reqs []*groupReq, name string, total int) (any, error) {
+	switch reqs[0].args[name].(type) {
+	case []string:
+		return listsOf[string](reqs, name, total)
+	case []int64:
+		return listsOf[int64](reqs, name, total)
+	case []int32:
+		return listsOf[int32](reqs, name, total)
+	case []time.Time:
+		return listsOf[time.Time](reqs, name, total)
+	}
+	all := reflect.ValueOf(reqs[0].args[name])
+	all = reflect.AppendSlice(reflect.MakeSlice(all.Type(), 0, total), all)
+	for _, r := range reqs[1:] {
+		v := reflect.ValueOf(r.args[name])
+		if v.Type() != all.Type() {
+			return nil, fmt.Errorf("postgres store: argument @%s is %s and %s", name, all.Type(), v.Type())
+		}
+		all = reflect.AppendSlice(all, v)
+	}
+	return all.Interface(), nil
+}
+
+func listsOf[T any](reqs []*groupReq, name string, total int) ([]T, error) {
+	out := make([]T, 0, total)
+	for _, r := range reqs {
+		v, ok := r.args[name].([]T)
+		if !ok {
+			return nil, fmt.Errorf("postgres store: argument @%s is %T and %T", name, reqs[0].args[name], r.args[name])
+		}
+		out = append(out, v...)
 	}
 	return out, nil
 }

@@ -216,7 +216,7 @@ SELECT (SELECT count(*) FROM run), (SELECT first_id FROM run),
 
 // timerArgs sets the arguments of the timers a commit starts.
 func timerArgs(args namedArgs, timers []store.NewTimer) {
-	tseq, tat := make([]int64, len(timers)), make([]any, len(timers))
+	tseq, tat := make([]int64, len(timers)), make([]time.Time, len(timers))
 	for i, t := range timers {
 		tseq[i], tat[i] = t.Seq, ceilMicrosecond(t.FireAt)
 	}
@@ -430,7 +430,7 @@ func (s *Store) ReleaseWorkflowTasks(ctx context.Context, in store.ReleaseParams
 func activityArgs(args namedArgs, acts []store.NewActivityTask) {
 	n := len(acts)
 	seq, name, queue, input, key, opts := make([]int64, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	maxAttempts, lease, after, claim := make([]int32, n), make([]int64, n), make([]any, n), make([]string, n)
+	maxAttempts, lease, after, claim := make([]int32, n), make([]int64, n), make([]time.Time, n), make([]string, n)
 	for i, a := range acts {
 		seq[i], name[i], queue[i], input[i], key[i] = a.Seq, a.Activity, a.Queue, jsonArg(a.Input), a.IdempotencyKey
 		opts[i], maxAttempts[i], lease[i], after[i], claim[i] = jsonArg(a.Options), int32(a.MaxAttempts), a.Lease.Milliseconds(), a.RunAfter, a.ClaimAs
