@@ -2,12 +2,13 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable/internal/store"
@@ -151,6 +152,17 @@ func (h *hub) subscribeSince(runID string, since time.Time) (*runSub, bool) {
 	}
 }
 
+// newHubID returns a random engine ID for store.Run.Waiter: 64 bits in 16
+// hex digits, half the bytes of a UUID in every run row. Two engines that
+// drew the same ID would each take the other's closes of their runs for
+// their own and not announce them; their waiters would then wait for the
+// backstop poll.
+func newHubID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
 // waker is a local poller: it is woken by a key, and says whether it has a
 // free slot to take the work itself.
 type waker struct {
@@ -160,7 +172,7 @@ type waker struct {
 
 func newHub(pool *pgxpool.Pool, log *slog.Logger) *hub {
 	return &hub{
-		id: uuid.NewString(), pool: pool, log: log, db: &dbHealth{log: log},
+		id: newHubID(), pool: pool, log: log, db: &dbHealth{log: log},
 		wakes: map[string][]*waker{}, waiters: map[string]map[chan struct{}]struct{}{},
 		closes:  map[string]map[chan *store.CloseRun]struct{}{},
 		pending: map[string]bool{}, flush: make(chan struct{}, 1),
