@@ -54,47 +54,12 @@ func noteOnce(ctx workflow.Context, n int) (int, error) {
 }
 
 // An activity that a run of this engine scheduled when no slot was free is
-// claimed before older tasks of the queue: its run is cached here.
+// claimed before older tasks of the queue: its run is cached here. The
+// slot is freed by a job, whose outcome is no fused step, so the poller
+// claims.
 func TestClaimTakesTheBacklogFirst(t *testing.T) {
-	holdStarted, holdRelease = make(chan struct{}, 1), make(chan struct{})
-	noted = nil
-	e, err := New(pgtest.Pool(t), Options{Logger: slog.New(slog.DiscardHandler), PollInterval: 50 * time.Millisecond,
-		Queues: map[string]QueueOptions{DefaultQueue: {ActivityConcurrency: 1}}})
-	require.NoError(t, err)
-	require.NoError(t, RegisterWorkflow(e, holdOnce, WorkflowOptions{}))
-	require.NoError(t, RegisterWorkflow(e, noteOnce, WorkflowOptions{}))
-	require.NoError(t, RegisterActivity(e, hold, activity.Options{}))
-	require.NoError(t, RegisterActivity(e, note, activity.Options{}))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(runCtx) }()
-	defer func() { stop(); require.NoError(t, <-done) }()
-
-	held, err := Start(ctx, e, holdOnce, 0, StartOptions{})
-	require.NoError(t, err)
-	<-holdStarted // the only activity slot is taken
-	_, err = Enqueue(ctx, e, note, 1, JobOptions{})
-	require.NoError(t, err)
-	run, err := Start(ctx, e, noteOnce, 2, StartOptions{})
-	require.NoError(t, err)
-	awaitOnlyInBacklog(t, e, run.RunID)
-
-	close(holdRelease)
-	_, err = held.Result(ctx)
-	require.NoError(t, err)
-	got, err := run.Result(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 2, got)
-	require.Eventually(t, func() bool {
-		notedMu.Lock()
-		defer notedMu.Unlock()
-		return len(noted) == 2
-	}, 10*time.Second, time.Millisecond, "the job ran too")
-	notedMu.Lock()
-	defer notedMu.Unlock()
-	require.Equal(t, []int{2, 1}, noted, "the backlog's activity first, then the older job")
+	order, _ := queueBehindTheOnlySlot(t, true)
+	require.Equal(t, []int{2, 1}, order, "the backlog's activity first, then the older job")
 }
 
 // A slot whose activity's run closes takes its engine's backlog's next
@@ -102,6 +67,17 @@ func TestClaimTakesTheBacklogFirst(t *testing.T) {
 // ClaimNext): of the two tasks queued behind the only slot, only the one
 // in no backlog (a job) is claimed from the queue.
 func TestClosingSlotTakesTheBacklogsNextTask(t *testing.T) {
+	order, claimed := queueBehindTheOnlySlot(t, false)
+	require.Equal(t, []int{2, 1}, order, "the backlog's activity first, then the older job")
+	require.Equal(t, 1, claimed, "only the job was claimed from the queue")
+}
+
+// queueBehindTheOnlySlot runs, on an engine with one activity slot, hold
+// (as a job, or in a run of holdOnce), then queues a job note(1) and a run
+// of noteOnce(2) behind it, whose activity goes to the backlog, and lets
+// hold finish. It returns the order in which the notes ran and how many
+// activity tasks were claimed from the queue after hold started.
+func queueBehindTheOnlySlot(t *testing.T, holdAsJob bool) (order []int, claimed int) {
 	holdStarted, holdRelease = make(chan struct{}, 1), make(chan struct{})
 	noted = nil
 	sc := &stepCounter{}
@@ -120,10 +96,15 @@ func TestClosingSlotTakesTheBacklogsNextTask(t *testing.T) {
 	go func() { done <- e.Run(runCtx) }()
 	defer func() { stop(); require.NoError(t, <-done) }()
 
-	held, err := Start(ctx, e, holdOnce, 0, StartOptions{})
+	var held *Run[int]
+	if holdAsJob {
+		_, err = Enqueue(ctx, e, hold, 0, JobOptions{})
+	} else {
+		held, err = Start(ctx, e, holdOnce, 0, StartOptions{})
+	}
 	require.NoError(t, err)
 	<-holdStarted                   // the only activity slot is taken
-	before := sc.snap().claimedActs // the hold's, if Run was not serving yet at its start
+	before := sc.snap().claimedActs // the hold's, if it was claimed
 	_, err = Enqueue(ctx, e, note, 1, JobOptions{})
 	require.NoError(t, err)
 	run, err := Start(ctx, e, noteOnce, 2, StartOptions{})
@@ -131,8 +112,10 @@ func TestClosingSlotTakesTheBacklogsNextTask(t *testing.T) {
 	awaitOnlyInBacklog(t, e, run.RunID)
 
 	close(holdRelease)
-	_, err = held.Result(ctx)
-	require.NoError(t, err)
+	if held != nil {
+		_, err = held.Result(ctx)
+		require.NoError(t, err)
+	}
 	got, err := run.Result(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 2, got)
@@ -141,7 +124,9 @@ func TestClosingSlotTakesTheBacklogsNextTask(t *testing.T) {
 		defer notedMu.Unlock()
 		return len(noted) == 2
 	}, 10*time.Second, time.Millisecond, "the job ran too")
-	require.Equal(t, 1, sc.snap().claimedActs-before, "only the job was claimed from the queue")
+	notedMu.Lock()
+	defer notedMu.Unlock()
+	return slices.Clone(noted), sc.snap().claimedActs - before
 }
 
 // awaitOnlyInBacklog waits until the activity of run runID is in e's
