@@ -61,36 +61,29 @@ func (b *activityBacklog) push(runID string, acts []store.NewActivityTask) {
 // take removes and returns the oldest entries of queue for a claim of n
 // tasks: n of them, or n-1 every backlogShare-th time.
 func (b *activityBacklog) take(queue string, n int) []store.ActivityKey {
+	keys, _ := b.takeIfAny(queue, n)
+	return keys
+}
+
+// takeIfAny is take that also reports whether the queue has a backlog: a
+// slot about to become free claims only then.
+func (b *activityBacklog) takeIfAny(queue string, n int) (keys []store.ActivityKey, had bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	q := b.queues[queue]
 	if q == nil || len(q.keys) == 0 {
-		return nil
+		return nil, false
 	}
 	q.claims++
 	if q.claims%backlogShare == 0 {
 		n--
 	}
 	n = min(n, len(q.keys))
-	keys := make([]store.ActivityKey, n)
+	keys = make([]store.ActivityKey, n)
 	copy(keys, q.keys)
 	q.keys = q.keys[n:]
 	if len(q.keys) == 0 {
 		q.keys = nil // let the array go
 	}
-	return keys
-}
-
-// takeForSlot is take for a slot about to become free: whether the queue
-// has a backlog, and if so its oldest entry, or none every
-// backlogShare-th time.
-func (b *activityBacklog) takeForSlot(queue string) (keys []store.ActivityKey, ok bool) {
-	b.mu.Lock()
-	q := b.queues[queue]
-	ok = q != nil && len(q.keys) > 0
-	b.mu.Unlock()
-	if !ok {
-		return nil, false
-	}
-	return b.take(queue, 1), true
+	return keys, true
 }
