@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"strings"
 	"sync"
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/activity"
+	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/store"
@@ -219,31 +222,74 @@ func runToEnd(ctx context.Context, t *testing.T, e *Engine, wf func(workflow.Con
 }
 
 // Result on an engine that does not run (a client), soon after its Start
-// and while the client's LISTEN holds, reads the run once: after its close
-// is announced, not also before it waits.
-func TestClientResultReadsTheRunOnce(t *testing.T) {
+// and while the client's LISTEN holds, does not read the run before it
+// waits, and takes the outcome from the close's notification: no read at
+// all. A worker with a codec announces the close without its outcome (it
+// would be encrypted), and the Result reads the run once, after the notice.
+func TestClientResultTakesTheOutcomeFromTheNotice(t *testing.T) {
 	t.Parallel()
-	worker := fusedEngine(t, &stepCounter{}, &syncbuf.Buffer{})
-	sc := &stepCounter{}
-	client, err := New(worker.pool, Options{
-		Logger: slog.New(slog.DiscardHandler), SkipMigrate: true, PollInterval: time.Hour, // only a notice ends the wait
-		wrapStorage: func(s storage) storage { sc.storage = s; return sc },
-	})
+	aes, err := codec.AESGCM(bytes.Repeat([]byte{5}, 32))
 	require.NoError(t, err)
-	require.NoError(t, RegisterWorkflow(client, threeIncrs, WorkflowOptions{}))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	client.hub.acquire() // as another Result waiting here would
-	defer client.hub.release()
-	require.Eventually(t, func() bool {
-		client.hub.mu.Lock()
-		defer client.hub.mu.Unlock()
-		return !client.hub.listening.IsZero()
-	}, 10*time.Second, time.Millisecond, "the client listens")
+	for name, tc := range map[string]struct {
+		codec codec.PayloadCodec
+		reads int
+	}{"plain": {nil, 0}, "codec": {aes, 1}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			worker := fusedEngine(t, &stepCounter{}, &syncbuf.Buffer{}, func(o *Options) { o.Codec = tc.codec })
+			sc := &stepCounter{}
+			client, err := New(worker.pool, Options{
+				Logger: slog.New(slog.DiscardHandler), SkipMigrate: true, PollInterval: time.Hour, // only a notice ends the wait
+				Codec:       tc.codec,
+				wrapStorage: func(s storage) storage { sc.storage = s; return sc },
+			})
+			require.NoError(t, err)
+			require.NoError(t, RegisterWorkflow(client, threeIncrs, WorkflowOptions{}))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			client.hub.acquire() // as another Result waiting here would
+			defer client.hub.release()
+			require.Eventually(t, func() bool {
+				client.hub.mu.Lock()
+				defer client.hub.mu.Unlock()
+				return !client.hub.listening.IsZero()
+			}, 10*time.Second, time.Millisecond, "the client listens")
 
-	c0 := sc.snap()
-	runToEnd(ctx, t, client, threeIncrs, 1, 4)
-	require.Equal(t, 1, sc.snap().runReads-c0.runReads, "one read, of the announced close")
+			c0 := sc.snap()
+			runToEnd(ctx, t, client, threeIncrs, 1, 4)
+			require.Equal(t, tc.reads, sc.snap().runReads-c0.runReads, "reads of the run")
+		})
+	}
+}
+
+// A close notification carries the outcome when it fits: a result of any
+// JSON, a failure; one too long for a notification, or in the codec's
+// envelope, is read from the run.
+func TestCloseKeyCarriesTheOutcome(t *testing.T) {
+	e := &Engine{}
+	for name, c := range map[string]*store.CloseRun{
+		"completed": {Status: store.StatusCompleted, Result: json.RawMessage(`{"a":[1,"x\ny"]}`)},
+		"failed":    {Status: store.StatusFailed, Failure: &history.Failure{Message: "boom", Class: "x", Attempts: 2}},
+	} {
+		runID, got := parseCloseKey(strings.TrimPrefix(e.closeKey("run-1", c), "c:"))
+		require.Equal(t, "run-1", runID, name)
+		require.Equal(t, c, got, name)
+	}
+	long := &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`"` + strings.Repeat("x", maxNotifyPayload) + `"`)}
+	require.Equal(t, "c:run-2", e.closeKey("run-2", long), "too long: the run alone")
+	runID, got := parseCloseKey("run-3")
+	require.Equal(t, "run-3", runID)
+	require.Nil(t, got, "an older engine's notice: no outcome")
+	aes, err := codec.AESGCM(bytes.Repeat([]byte{5}, 32))
+	require.NoError(t, err)
+	wrapped, err := codec.Wrap(aes, json.RawMessage(`1`))
+	require.NoError(t, err)
+	sealed, err := json.Marshal(closeNote{Status: store.StatusCompleted, Result: wrapped})
+	require.NoError(t, err)
+	_, got = parseCloseKey("run-4\n" + string(sealed))
+	require.Nil(t, got, "an encrypted result is read from the run")
+	e.opts.Codec = aes
+	require.Equal(t, "c:run-5", e.closeKey("run-5", &store.CloseRun{Status: store.StatusCompleted}), "a codec: no outcome")
 }
 
 // The histories of the runs a claim takes that are not cached are read in

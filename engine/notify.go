@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/durable-go/durable/codec"
+	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/store/postgres"
 )
@@ -28,7 +31,7 @@ func (e *Engine) announce(r store.Ready) {
 		// Only this engine waits for a run it started and nobody else said
 		// they wait for (store.Run.Waiter): it learns of the close below.
 		if r.Closed == nil || r.CloseWaiter != e.hub.id {
-			keys = append(keys, "c:"+r.ClosedRun)
+			keys = append(keys, e.closeKey(r.ClosedRun, r.Closed))
 		}
 		if r.Closed != nil {
 			e.hub.deliverClose(r.ClosedRun, r.Closed)
@@ -295,6 +298,10 @@ func (s *runSub) close() {
 func (h *hub) deliverClose(runID string, c *store.CloseRun) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.deliverCloseLocked(runID, c)
+}
+
+func (h *hub) deliverCloseLocked(runID string, c *store.CloseRun) {
 	h.remember(runID, c)
 	for ch := range h.closes[runID] {
 		select {
@@ -302,6 +309,48 @@ func (h *hub) deliverClose(runID string, c *store.CloseRun) {
 		default:
 		}
 	}
+}
+
+// maxNotifyPayload is the longest payload Postgres's NOTIFY takes (less
+// than 8000 bytes).
+const maxNotifyPayload = 7999
+
+// closeNote is a run's outcome in its close notification.
+type closeNote struct {
+	Status  string           `json:"s"`
+	Result  json.RawMessage  `json:"r,omitempty"`
+	Failure *history.Failure `json:"f,omitempty"`
+}
+
+// closeKey is the notification of run runID's close, "c:<run ID>", followed
+// by its outcome c on a new line when it fits in a notification and is not
+// the codec's to encrypt: a Result waiting in another process then needs
+// no read of the run.
+func (e *Engine) closeKey(runID string, c *store.CloseRun) string {
+	k := "c:" + runID
+	if c == nil || e.opts.Codec != nil {
+		return k
+	}
+	b, err := json.Marshal(closeNote{Status: c.Status, Result: c.Result, Failure: c.Failure})
+	if err != nil || len(k)+1+len(b) > maxNotifyPayload {
+		return k
+	}
+	return k + "\n" + string(b)
+}
+
+// parseCloseKey reads what follows "c:" in a close notification: the run,
+// and its outcome if it came with one (nil if not, or if it cannot be
+// used: a result in the codec's envelope is read from the run).
+func parseCloseKey(s string) (runID string, c *store.CloseRun) {
+	runID, note, ok := strings.Cut(s, "\n")
+	if !ok {
+		return runID, nil
+	}
+	var n closeNote
+	if json.Unmarshal([]byte(note), &n) != nil || n.Status == "" || codec.IsWrapped(n.Result) {
+		return runID, nil
+	}
+	return runID, &store.CloseRun{Status: n.Status, Result: n.Result, Failure: n.Failure}
 }
 
 func signal(c chan struct{}) {
@@ -314,8 +363,13 @@ func signal(c chan struct{}) {
 func (h *hub) dispatch(payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if runID, ok := strings.CutPrefix(payload, "c:"); ok {
-		h.remember(runID, nil)
+	if key, ok := strings.CutPrefix(payload, "c:"); ok {
+		runID, c := parseCloseKey(key)
+		if c != nil {
+			h.deliverCloseLocked(runID, c) // before the wake: Result takes it then
+		} else {
+			h.remember(runID, nil)
+		}
 		for c := range h.waiters[runID] {
 			signal(c)
 		}
@@ -334,7 +388,8 @@ func (h *hub) publish(keys ...string) {
 	defer h.mu.Unlock()
 	for _, k := range keys {
 		taken := false
-		if runID, ok := strings.CutPrefix(k, "c:"); ok {
+		if key, ok := strings.CutPrefix(k, "c:"); ok {
+			runID, _ := parseCloseKey(key) // announce delivered the outcome here
 			h.remember(runID, nil)
 			for c := range h.waiters[runID] {
 				signal(c)
