@@ -316,19 +316,7 @@ func TestClaimNextRidesTheGroup(t *testing.T) {
 		return id
 	}
 	oldest, second := job("job-1", now.Add(-2*time.Second)), job("job-2", now.Add(-time.Second))
-	named, err := s.CreateRun(ctx, store.CreateRunParams{RunID: uuid.NewString(), WorkflowID: "named", WorkflowType: "T",
-		Queue: "q", Input: json.RawMessage(`1`), Now: now})
-	require.NoError(t, err)
-	wt, err := s.ClaimWorkflowTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 1, Now: now, Lease: time.Minute})
-	require.NoError(t, err)
-	require.Len(t, wt, 1)
-	_, err = s.CommitWorkflowTask(ctx, store.CommitWorkflowTaskParams{
-		RunID: named.RunID, Token: wt[0].Token, ProcessedEventID: 1, Now: now,
-		Events: []history.Attributes{history.ActivityScheduled{Seq: 1, Activity: "A", Queue: "q"}},
-		Activities: []store.NewActivityTask{{Seq: 1, Activity: "A", Queue: "q", IdempotencyKey: named.RunID + ":1",
-			Lease: time.Minute, RunAfter: now}},
-	})
-	require.NoError(t, err)
+	named := runWithActivity(t, s, "named", now, now)
 
 	claim := func(prefer ...store.ActivityKey) *store.ClaimParams {
 		return &store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 1, Now: now, Prefer: prefer}
@@ -336,7 +324,7 @@ func TestClaimNextRidesTheGroup(t *testing.T) {
 	done := json.RawMessage(`"done"`)
 	closing := fusedStep(runs[0], acts[0], now, history.WorkflowCompleted{Result: done})
 	closing.Close = &store.CloseRun{Status: store.StatusCompleted, Result: done}
-	closing.ClaimNext = claim(store.ActivityKey{RunID: named.RunID, Seq: 1})
+	closing.ClaimNext = claim(store.ActivityKey{RunID: named, Seq: 1})
 	stale := acts[1]
 	stale.Attempt++
 	refused := fusedStep(runs[1], stale, now, history.WorkflowCompleted{Result: done})
@@ -351,7 +339,7 @@ func TestClaimNextRidesTheGroup(t *testing.T) {
 	var got []string
 	for _, r := range ready {
 		require.Equal(t, 1, r.Next.Attempt, "claimed as a claim would")
-		if r.Next.RunID == named.RunID {
+		if r.Next.RunID == named {
 			got = append(got, "named")
 		} else {
 			got = append(got, fmt.Sprint(r.Next.ID))
