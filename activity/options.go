@@ -19,7 +19,10 @@ const maxNameLen = 200
 
 // Options configure an activity: at registration with the engine, and per call
 // from workflow code, which overrides the registered options. The zero value
-// means the defaults listed with each field.
+// means the defaults listed with each field. Options are recorded as JSON with
+// each scheduled activity; the fields whose zero value means "none" (the
+// schedule-to-close and heartbeat timeouts, the non-retryable error types)
+// are left out of it when zero.
 type Options struct {
 	// Name is the name the activity is registered and recorded under. It must
 	// be valid UTF-8 of at most 200 bytes. Default: the function's name.
@@ -34,11 +37,11 @@ type Options struct {
 	// ScheduleToCloseTimeout limits all attempts together, counted from when
 	// the activity was scheduled and including the delays between attempts.
 	// Default 0, which means no limit.
-	ScheduleToCloseTimeout time.Duration
+	ScheduleToCloseTimeout time.Duration `json:",omitzero"`
 	// HeartbeatTimeout, when set, fails an attempt that has not called
 	// [RecordHeartbeat] within that time since it started or since its last
 	// heartbeat. Default 0, which means no heartbeat timeout.
-	HeartbeatTimeout time.Duration
+	HeartbeatTimeout time.Duration `json:",omitzero"`
 	// Retry says how failed attempts are retried. Its zero value means the
 	// defaults of [RetryPolicy].
 	Retry RetryPolicy

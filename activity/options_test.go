@@ -1,6 +1,7 @@
 package activity_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -117,4 +118,34 @@ func TestOptionsMerge(t *testing.T) {
 	require.Equal(t, activity.Options{Name: "Charge", Queue: "critical", StartToCloseTimeout: time.Minute,
 		Retry: activity.RetryPolicy{MaximumAttempts: 2, InitialInterval: time.Second}}, got)
 	require.Equal(t, base, base.Merge(activity.Options{}), "a zero override changes nothing")
+}
+
+// Recorded options leave out the fields whose zero value means "none", and
+// read back as they were written, whether they were written with them or not.
+func TestOptionsJSONLeavesOutNone(t *testing.T) {
+	o := activity.Options{Name: "Charge", Queue: "payments"}.WithDefaults()
+	b, err := json.Marshal(o)
+	require.NoError(t, err)
+	for _, none := range []string{"ScheduleToCloseTimeout", "HeartbeatTimeout", "NonRetryableErrorTypes"} {
+		require.NotContains(t, string(b), none)
+	}
+	var back activity.Options
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, o, back)
+
+	// As older engines recorded them: every field, zeros and null included.
+	old := `{"Name":"Charge","Queue":"payments","StartToCloseTimeout":60000000000,"ScheduleToCloseTimeout":0,
+		"HeartbeatTimeout":0,"Retry":{"InitialInterval":1000000000,"BackoffCoefficient":2,"MaximumInterval":3600000000000,
+		"MaximumAttempts":10,"NonRetryableErrorTypes":null,"MaximumRateLimitedRetries":100}}`
+	back = activity.Options{}
+	require.NoError(t, json.Unmarshal([]byte(old), &back))
+	require.Equal(t, o, back)
+
+	set := o
+	set.HeartbeatTimeout, set.Retry.NonRetryableErrorTypes = time.Second, []string{"x"}
+	b, err = json.Marshal(set)
+	require.NoError(t, err)
+	back = activity.Options{}
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, set, back)
 }

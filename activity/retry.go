@@ -42,7 +42,7 @@ type RetryPolicy struct {
 	MaximumAttempts int
 	// NonRetryableErrorTypes lists error classes, as returned by [ErrorClass],
 	// that fail the activity at once, such as "*fs.PathError". Default none.
-	NonRetryableErrorTypes []string
+	NonRetryableErrorTypes []string `json:",omitzero"`
 	// MaximumRateLimitedRetries caps the retries of [RateLimited] errors, which
 	// do not count against MaximumAttempts. Default 100.
 	MaximumRateLimitedRetries int
