@@ -202,7 +202,8 @@ func (s *Store) createRunFirst(ctx context.Context, in store.CreateRunParams, ev
 	if err != nil {
 		return store.Run{}, fmt.Errorf("create run %s: %w", in.RunID, err)
 	}
-	args := make(namedArgs, commitArgs)
+	args := getCommitArgs()
+	defer putCommitArgs(args)
 	args["trace"], args["run_id"], args["workflow_id"], args["workflow_type"] = in.TraceContext, in.RunID, in.WorkflowID, in.WorkflowType
 	args["queue"], args["input"], args["now"], args["event_type"], args["event"] = in.Queue, jsonArg(in.Input), in.Now, eventType, event
 	args["waiter"] = in.Waiter
