@@ -91,10 +91,7 @@ func queueBehindTheOnlySlot(t *testing.T, holdAsJob bool) (order []int, claimed 
 	require.NoError(t, RegisterActivity(e, note, activity.Options{}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(runCtx) }()
-	defer func() { stop(); require.NoError(t, <-done) }()
+	runUntilTestEnds(t, e)
 
 	var held *Run[int]
 	if holdAsJob {

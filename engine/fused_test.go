@@ -202,11 +202,17 @@ func fusedEngine(t *testing.T, sc *stepCounter, log *syncbuf.Buffer, set ...func
 		require.NoError(t, RegisterWorkflow(e, wf, WorkflowOptions{}))
 	}
 	require.NoError(t, RegisterActivity(e, incr, activity.Options{}))
+	runUntilTestEnds(t, e)
+	return e
+}
+
+// runUntilTestEnds runs e until the test ends.
+func runUntilTestEnds(t *testing.T, e *Engine) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
-	return e
 }
 
 // runToEnd starts wf with n, waits for its result, which must be want, and
@@ -314,10 +320,7 @@ func TestClaimReadsHistoriesTogether(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, RegisterWorkflow(worker, threeIncrs, WorkflowOptions{}))
 	require.NoError(t, RegisterActivity(worker, incr, activity.Options{}))
-	wctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- worker.Run(wctx) }()
-	defer func() { stop(); require.NoError(t, <-done) }()
+	runUntilTestEnds(t, worker)
 
 	for i, r := range runs {
 		got, err := r.Result(ctx)

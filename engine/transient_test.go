@@ -61,10 +61,7 @@ func TestResultWaitsOutAnOutage(t *testing.T) {
 	require.NoError(t, err)
 
 	inj.force("GetRun", fateBefore, fateBefore, fateBefore, fateBefore) // the outage
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(runCtx) }()
-	defer func() { stop(); require.NoError(t, <-done) }()
+	runUntilTestEnds(t, e)
 
 	got, err := r.Result(ctx)
 	require.NoError(t, err)
@@ -94,10 +91,7 @@ func TestHistoryReadWaitsOutAnOutage(t *testing.T) {
 	require.NoError(t, RegisterWorkflow(e, napThenOne, WorkflowOptions{}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(runCtx) }()
-	defer func() { stop(); require.NoError(t, <-done) }()
+	runUntilTestEnds(t, e)
 
 	// The run leaves the cache while it sleeps for an hour, so the task
 	// after the timer reads the history: the first three reads fail.
