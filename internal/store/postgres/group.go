@@ -232,11 +232,16 @@ func (g *grouper) commit(batch []*groupReq) {
 // for all that claim alike (queue, worker, types), each write getting at
 // most one task. plan says whether indexPlans must go first.
 func queueClaims(b *pgx.Batch, batch []*groupReq, plan bool) {
-	var keys []string
-	same := map[string][]*groupReq{}
+	var (
+		keys []string
+		same map[string][]*groupReq // made on the first claim: most batches have none
+	)
 	for _, r := range batch {
 		if r.claim == nil {
 			continue
+		}
+		if same == nil {
+			same = map[string][]*groupReq{}
 		}
 		k := r.claim.Queue + "\x00" + r.claim.WorkerID + "\x00" + strings.Join(r.claim.Types, "\x00")
 		if r.claim.Types == nil {
