@@ -27,7 +27,7 @@ func ExecuteActivity[In, Out any](ctx Context, fn func(context.Context, In) (Out
 	if err != nil {
 		return failedFuture[Out](name, fmt.Errorf("encode input of activity %s: %w", name, err))
 	}
-	encoded, err := json.Marshal(opts)
+	encoded, err := encodeOptions(opts)
 	if err != nil {
 		return failedFuture[Out](name, fmt.Errorf("encode options of activity %s: %w", name, err))
 	}
