@@ -96,6 +96,9 @@ type hub struct {
 	recent    map[string]*store.CloseRun
 	recentLog []recentClose
 	listening time.Time
+
+	gap  time.Duration  // the least time between two busy sends: notifyGap
+	sent func([]string) // for tests: called with each send's keys, before it
 }
 
 // closeMemory is how long the hub remembers that a run closed.
@@ -179,7 +182,7 @@ func newHub(pool *pgxpool.Pool, log *slog.Logger) *hub {
 		wakes: map[string][]*waker{}, waiters: map[string]map[chan struct{}]struct{}{},
 		closes:  map[string]map[chan *store.CloseRun]struct{}{},
 		pending: map[string]bool{}, flush: make(chan struct{}, 1),
-		recent: map[string]*store.CloseRun{},
+		recent: map[string]*store.CloseRun{}, gap: notifyGap,
 	}
 }
 
@@ -407,18 +410,30 @@ func (h *hub) publish(keys ...string) {
 	signal(h.flush)
 }
 
-// sendLoop sends pending notifications, all that piled up during the
+// sendLoop sends pending notifications, all that piled up since the
 // previous send in one transaction. That transaction commits
 // asynchronously: a lost notification costs latency (the backstop poll),
-// never correctness. It makes a last send when ctx ends.
+// never correctness. A send that new notifications arrived during is
+// followed by the next one notifyGap later, not at once: an idle engine
+// notifies at once, a busy one about every notifyGap. It makes a last send
+// when ctx ends.
 func (h *hub) sendLoop(ctx context.Context, done chan struct{}) {
 	defer close(done)
+	gap := time.NewTimer(0)
+	defer gap.Stop()
 	for {
 		stop := false
 		select {
-		case <-h.flush:
+		case <-gap.C:
 		case <-ctx.Done():
 			stop = true
+		}
+		if !stop {
+			select {
+			case <-h.flush:
+			case <-ctx.Done():
+				stop = true
+			}
 		}
 		h.mu.Lock()
 		keys := make([]string, 0, len(h.pending))
@@ -428,6 +443,9 @@ func (h *hub) sendLoop(ctx context.Context, done chan struct{}) {
 		clear(h.pending)
 		h.mu.Unlock()
 		if len(keys) > 0 {
+			if h.sent != nil {
+				h.sent(keys)
+			}
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_, err := h.pool.Exec(sctx, sendNotificationsSQL, keys)
 			cancel()
@@ -439,11 +457,26 @@ func (h *hub) sendLoop(ctx context.Context, done chan struct{}) {
 				h.db.ok(ctx, "send notifications")
 			}
 		}
+		h.mu.Lock()
+		busy := len(h.pending) > 0
+		h.mu.Unlock()
+		if busy {
+			gap.Reset(h.gap)
+		} else {
+			gap.Reset(0)
+		}
 		if stop {
 			return
 		}
 	}
 }
+
+// notifyGap is the least time between two sends of notifications. Each
+// send is a transaction, and wakes every listening engine's connection;
+// under load one every notifyGap carries what a send per close or
+// scheduled activity did, at most notifyGap later (docs/performance.md,
+// item 43).
+const notifyGap = 5 * time.Millisecond
 
 const sendNotificationsSQL = `
 SELECT count(pg_notify('` + postgres.NotifyChannel + `', k))

@@ -3,6 +3,8 @@ package engine
 import (
 	"io"
 	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,4 +46,49 @@ func TestSubscribeSinceTrustsOnlyAnUnbrokenRecord(t *testing.T) {
 	h.listening = time.Time{} // the LISTEN dropped: closes elsewhere may be unseen
 	h.mu.Unlock()
 	check("running", since, false, "after a gap in the LISTEN")
+}
+
+// Notifications that arrive while a send is on its way wait for the gap
+// after it, and go together: under load, one transaction every gap carries
+// them. Here the gap is an hour, so the second send can only be the last
+// one, made when the hub stops.
+func TestBusySendsWaitForTheGap(t *testing.T) {
+	t.Parallel()
+	h := newHub(pgtest.Pool(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h.gap = time.Hour
+	var (
+		mu      sync.Mutex
+		batches [][]string
+	)
+	first, release := make(chan struct{}), make(chan struct{})
+	h.sent = func(keys []string) {
+		mu.Lock()
+		batches = append(batches, slices.Sorted(slices.Values(keys)))
+		n := len(batches)
+		mu.Unlock()
+		if n == 1 {
+			close(first)
+			<-release
+		}
+	}
+	h.acquire()
+	released := false
+	defer func() {
+		if !released { // a failed assertion: stop the hub all the same
+			h.release()
+		}
+	}()
+	h.publish("x:1") // an idle hub sends at once
+	<-first
+	h.publish("x:2") // during the first send
+	close(release)
+	require.Never(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(batches) > 1
+	}, 100*time.Millisecond, time.Millisecond, "a busy hub waits for the gap")
+	h.publish("x:3")
+	released = true
+	h.release() // the last send
+	require.Equal(t, [][]string{{"x:1"}, {"x:2", "x:3"}}, batches)
 }
