@@ -67,7 +67,7 @@ func claimActivityArgs(in store.ClaimParams) namedArgs {
 	}
 	return namedArgs{
 		"queue": in.Queue, "now": in.Now, "limit": in.Limit, "worker": in.WorkerID,
-		"any_type": in.Types == nil, "types": arrayArg(in.Types), "pref_run": prefRun, "pref_seq": prefSeq,
+		"any_type": in.Types == nil, "types": arrayArg(in.Types), "pref_run": uuidArray(prefRun), "pref_seq": prefSeq,
 	}
 }
 

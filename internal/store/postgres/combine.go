@@ -81,7 +81,7 @@ func (s *Store) getRuns(reads []*runRead) {
 			ids[i] = r.runID
 		}
 		// The batch's read outlives any one caller's context.
-		rows, err := s.pool.Query(context.WithoutCancel(reads[0].ctx), getRunsSQL, ids)
+		rows, err := s.pool.Query(context.WithoutCancel(reads[0].ctx), getRunsSQL, uuidArray(ids))
 		var runs []store.Run
 		if err == nil {
 			runs, err = pgx.CollectRows(rows, scanRun)

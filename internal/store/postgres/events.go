@@ -41,7 +41,7 @@ ORDER BY run_id, event_id`
 // statement; a run without events is absent. An event that does not decode
 // fails the whole read (the caller can read run by run to find it).
 func (s *Store) ListEventsOfRuns(ctx context.Context, runIDs []string) (map[string][]history.Event, error) {
-	rows, err := s.db.Query(ctx, listEventsOfRunsSQL, runIDs)
+	rows, err := s.db.Query(ctx, listEventsOfRunsSQL, uuidArray(runIDs))
 	if err != nil {
 		return nil, fmt.Errorf("list events of %d runs: %w", len(runIDs), err)
 	}

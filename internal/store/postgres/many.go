@@ -3,6 +3,7 @@ package postgres
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -100,6 +101,9 @@ func (m *manyStmt) args(reqs []*groupReq) (namedArgs, error) {
 	out := make(namedArgs, len(m.scalars)+4*len(m.lists))
 	for _, name := range m.scalars {
 		out[name] = mergeScalars(reqs, name)
+		if ids, ok := out[name].([]string); ok && strings.Contains(m.sql, "@"+name+"::uuid[]") {
+			out[name] = uuidArray(ids)
+		}
 	}
 	for _, l := range m.lists {
 		lens := make([]int, len(reqs))

@@ -111,7 +111,7 @@ func (s *Store) FireTimersClaiming(ctx context.Context, in store.FireTimersParam
 	}
 	args := namedArgs{
 		"now": in.Now, "limit": in.Limit, "claim_as": in.ClaimAs, "until": in.Now.Add(in.Lease),
-		"claim_queues": queues, "claim_limits": limits, "types": arrayArg(in.Types), "skip": arrayArg(in.Skip),
+		"claim_queues": queues, "claim_limits": limits, "types": arrayArg(in.Types), "skip": uuidArray(in.Skip),
 	}
 	_, err := queryIndexed(ctx, s, fireTimersSQL, args, func(row pgx.CollectableRow) (struct{}, error) {
 		return struct{}{}, row.Scan(&f.Count, &f.Queues, &fired, &claimed)
@@ -149,7 +149,7 @@ func (s *Store) NextTimer(ctx context.Context) (time.Time, bool, error) {
 // NextTimerSkipping is NextTimer without the timers of the runs in skip.
 func (s *Store) NextTimerSkipping(ctx context.Context, skip []string) (time.Time, bool, error) {
 	var t *time.Time
-	err := s.db.QueryRow(ctx, `SELECT min(fire_at) FROM durable_timers WHERE run_id <> ALL($1::uuid[])`, arrayArg(skip)).Scan(&t)
+	err := s.db.QueryRow(ctx, `SELECT min(fire_at) FROM durable_timers WHERE run_id <> ALL($1::uuid[])`, uuidArray(skip)).Scan(&t)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("next timer: %w", err)
 	}
