@@ -85,7 +85,7 @@ func init() {
 )
 SELECT (SELECT count(*) FROM act), (SELECT count(*) FROM run), (SELECT first_id FROM run),
     (SELECT array_agg(DISTINCT queue) FROM acts WHERE run_after <= @now AND locked_by IS NULL),
-    (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until)) FROM acts WHERE locked_by IS NOT NULL),
+    (SELECT array_agg(ARRAY[id, seq]) FROM acts WHERE locked_by IS NOT NULL),
     (SELECT min(fire_at) FROM tmr)`
 	const closeRun = `,
         status = 'completed', result = @result::jsonb, closed_at = @now`
@@ -104,7 +104,7 @@ SELECT (SELECT count(*) FROM act), (SELECT count(*) FROM run), (SELECT first_id 
 }
 
 // commitFused runs a fused step. args are CommitWorkflowTask's.
-func (s *Store) commitFused(ctx context.Context, in store.CommitWorkflowTaskParams, args namedArgs, ready *store.Ready) ([]claimedActivity, error) {
+func (s *Store) commitFused(ctx context.Context, in store.CommitWorkflowTaskParams, args namedArgs, ready *store.Ready) (claimedActivities, error) {
 	if !in.Fusable() {
 		return nil, fmt.Errorf("commit workflow task of run %s: an outcome cannot be fused with this commit (cancellations, children, continue-as-new or a close other than completion)", in.RunID)
 	}
@@ -124,7 +124,7 @@ func (s *Store) commitFused(ctx context.Context, in store.CommitWorkflowTaskPara
 	var (
 		found, ok int
 		first     *int64
-		claimed   []claimedActivity
+		claimed   claimedActivities
 	)
 	next, err := s.queryRowClaiming(ctx, in.RunID, sql, many, args, in.ClaimNext, func(row pgx.Row) error {
 		if in.Close != nil { // a close says who may wait for it

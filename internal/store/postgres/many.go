@@ -70,8 +70,7 @@ const (
 	// ready and which of its activities it claimed.
 	manyActivityColumns = `
     (SELECT array_agg(DISTINCT queue) FROM acts WHERE acts.run_id = i.run_id AND run_after <= i.now AND locked_by IS NULL),
-    (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until))
-        FROM acts WHERE acts.run_id = i.run_id AND locked_by IS NOT NULL)`
+    (SELECT array_agg(ARRAY[id, seq]) FROM acts WHERE acts.run_id = i.run_id AND locked_by IS NOT NULL)`
 	// manyReadyColumns end the result row of write i.
 	manyReadyColumns = manyActivityColumns + `,
     (SELECT min(fire_at) FROM tmr WHERE tmr.run_id = i.run_id)

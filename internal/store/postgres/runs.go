@@ -95,7 +95,7 @@ WITH run AS (
 )
 SELECT (SELECT count(*) FROM run),
     (SELECT array_agg(DISTINCT queue) FROM acts WHERE run_after <= @now AND locked_by IS NULL),
-    (SELECT json_agg(json_build_object('id', id, 'seq', seq, 'until', locked_until)) FROM acts WHERE locked_by IS NOT NULL),
+    (SELECT array_agg(ARRAY[id, seq]) FROM acts WHERE locked_by IS NOT NULL),
     (SELECT min(fire_at) FROM tmr)`
 
 // createRunFirstMany is createRunFirstSQL for many eager starts at once (a
@@ -213,7 +213,7 @@ func (s *Store) createRunFirst(ctx context.Context, in store.CreateRunParams, ev
 	var (
 		n       int
 		ready   store.Ready
-		claimed []claimedActivity
+		claimed claimedActivities
 	)
 	// Under load, eager starts share transactions like steps (group commit).
 	err = s.queryRowMany(ctx, in.RunID, createRunFirstSQL, createRunFirstMany, args, func(row pgx.Row) error {

@@ -289,12 +289,14 @@ func testHandOffClaimsTheNextTasks(t *testing.T, b *bundle) {
 	at.RunAfter, at.ClaimAs = b.now, worker
 	ready, err := b.s.CommitWorkflowTask(b.ctx, store.CommitWorkflowTaskParams{
 		RunID: run.RunID, WorkflowID: run.WorkflowID, WorkflowQueue: wfQueue, Token: wt.Token, ProcessedEventID: 1,
-		Events: []history.Attributes{ev}, Activities: []store.NewActivityTask{at}, Now: b.now,
+		// Postgres keeps microseconds: the nanoseconds are not in the lease.
+		Events: []history.Attributes{ev}, Activities: []store.NewActivityTask{at}, Now: b.now.Add(789 * time.Nanosecond),
 	})
 	require.NoError(t, err)
 	require.Len(t, ready.ActivityTasks, 1)
 	act := ready.ActivityTasks[0]
 	require.Equal(t, 1, act.Attempt)
+	requireTime(t, b.now.Add(at.Lease), act.LockedUntil, "LockedUntil")
 	require.Equal(t, run.RunID, act.RunID)
 	require.Equal(t, wfQueue, act.WorkflowQueue)
 	require.Empty(t, ready.ActivityQueues, "a handed-off activity is not announced")
