@@ -84,7 +84,7 @@ func init() {
     RETURNING fire_at
 )
 SELECT (SELECT count(*) FROM act), (SELECT count(*) FROM run), (SELECT first_id FROM run),
-    (SELECT array_agg(DISTINCT queue) FROM acts WHERE run_after <= @now AND locked_by IS NULL),
+    (SELECT array_agg(queue) FROM acts WHERE run_after <= @now AND locked_by IS NULL),
     (SELECT array_agg(ARRAY[id, seq]) FROM acts WHERE locked_by IS NOT NULL),
     (SELECT min(fire_at) FROM tmr)`
 	const closeRun = `,

@@ -69,7 +69,7 @@ const (
 	// manyActivityColumns say which queues write i (a row of inp) made
 	// ready and which of its activities it claimed.
 	manyActivityColumns = `
-    (SELECT array_agg(DISTINCT queue) FROM acts WHERE acts.run_id = i.run_id AND run_after <= i.now AND locked_by IS NULL),
+    (SELECT array_agg(queue) FROM acts WHERE acts.run_id = i.run_id AND run_after <= i.now AND locked_by IS NULL),
     (SELECT array_agg(ARRAY[id, seq]) FROM acts WHERE acts.run_id = i.run_id AND locked_by IS NOT NULL)`
 	// manyReadyColumns end the result row of write i.
 	manyReadyColumns = manyActivityColumns + `,

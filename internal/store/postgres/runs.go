@@ -94,7 +94,7 @@ WITH run AS (
     RETURNING fire_at
 )
 SELECT (SELECT count(*) FROM run),
-    (SELECT array_agg(DISTINCT queue) FROM acts WHERE run_after <= @now AND locked_by IS NULL),
+    (SELECT array_agg(queue) FROM acts WHERE run_after <= @now AND locked_by IS NULL),
     (SELECT array_agg(ARRAY[id, seq]) FROM acts WHERE locked_by IS NOT NULL),
     (SELECT min(fire_at) FROM tmr)`
 

@@ -136,3 +136,32 @@ func testFusedStepStartsTimers(t *testing.T, b *bundle) {
 	requireTime(t, fireAt, *ready.TimerAt, "the timer's fire time")
 	require.Equal(t, []string{"workflow_started", "activity_scheduled", "activity_completed", "timer_started"}, eventTypes(b.events(t, run.RunID)))
 }
+
+// testReadyQueuesAreNamedOnce: a commit, plain or fused, that makes several
+// activities of one queue ready names the queue once.
+func testReadyQueuesAreNamedOnce(t *testing.T, b *bundle) {
+	run := b.createRun(t, "order-1", wfQueue)
+	task := b.claimOneWorkflow(t, wfQueue, b.now)
+	ev1, act1 := activity(run, 1, 0)
+	ev2, act2 := activity(run, 2, 0)
+	act1.RunAfter, act2.RunAfter = b.now, b.now
+	ready, err := b.s.CommitWorkflowTask(b.ctx, store.CommitWorkflowTaskParams{
+		RunID: run.RunID, Token: task.Token, ProcessedEventID: 1,
+		Events: []history.Attributes{ev1, ev2}, Activities: []store.NewActivityTask{act1, act2}, Now: b.now,
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{actQueue}, ready.ActivityQueues, "plain")
+
+	claimed := b.claimActivity(t, worker, 1, b.now)
+	require.Len(t, claimed, 1)
+	act := claimed[0]
+	now := b.now.Add(time.Second)
+	ev3, act3 := activity(run, 3, 0)
+	ev4, act4 := activity(run, 4, 0)
+	act3.RunAfter, act4.RunAfter = now, now
+	commit := fusedStep(run, act, 4, now, ev3, ev4)
+	commit.Activities = []store.NewActivityTask{act3, act4}
+	ready, err = b.s.CommitWorkflowTask(b.ctx, commit)
+	require.NoError(t, err)
+	require.Equal(t, []string{actQueue}, ready.ActivityQueues, "fused")
+}

@@ -85,6 +85,7 @@ var cases = []struct {
 
 	// fused.go
 	{"FusedStepRecordsOutcomeAndCommands", testFusedStepRecordsOutcomeAndCommands},
+	{"ReadyQueuesAreNamedOnce", testReadyQueuesAreNamedOnce},
 	{"FusedStepRefusesAStaleAttempt", testFusedStepRefusesAStaleAttempt},
 	{"FusedStepRefusedWhenRunMovedOn", testFusedStepRefusedWhenRunMovedOn},
 	{"FusedCloseCompletesRun", testFusedCloseCompletesRun},
