@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -34,7 +35,7 @@ type optionsKey struct {
 	initialInterval, maximumInterval           time.Duration
 	backoffCoefficient                         float64
 	maximumAttempts, maximumRateLimitedRetries int
-	nonRetryable                               string // joined by "\x00"
+	nonRetryable                               string // joined by "\x00" (none contains it: see encodeOptions)
 	nonRetryableCount                          int    // so that none and one "" differ
 }
 
@@ -53,6 +54,9 @@ func keyOf(o activity.Options) optionsKey {
 // encodeOptions returns the JSON of o, as json.Marshal does. The caller must
 // not modify the result: it may be shared.
 func encodeOptions(o activity.Options) (json.RawMessage, error) {
+	if slices.ContainsFunc(o.Retry.NonRetryableErrorTypes, func(t string) bool { return strings.Contains(t, "\x00") }) {
+		return json.Marshal(o) // the joined key would be ambiguous
+	}
 	k := keyOf(o)
 	encodedOptions.mu.RLock()
 	b, ok := encodedOptions.m[k]

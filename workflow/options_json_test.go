@@ -36,6 +36,17 @@ func TestEncodeOptionsIsJSONMarshal(t *testing.T) {
 	// Options that differ only in their non-retryable types have keys that differ.
 	require.NotEqual(t, keyOf(cases[3]), keyOf(activity.Options{Name: "a"}))
 	require.NotEqual(t, keyOf(cases[4]), keyOf(cases[5]))
+
+	// Types with NUL bytes would make keys that join alike: they are not cached.
+	a := activity.Options{Retry: activity.RetryPolicy{NonRetryableErrorTypes: []string{"a\x00", "b"}}}
+	b := activity.Options{Retry: activity.RetryPolicy{NonRetryableErrorTypes: []string{"a", "\x00b"}}}
+	for _, o := range []activity.Options{a, b, a} {
+		want, err := json.Marshal(o)
+		require.NoError(t, err)
+		got, err := encodeOptions(o)
+		require.NoError(t, err)
+		require.JSONEq(t, string(want), string(got))
+	}
 }
 
 // TestOptionsKeyCoversEveryField fails when activity.Options or
