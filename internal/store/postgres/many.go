@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,6 +31,20 @@ type manyStmt struct {
 	sql     string
 	scalars []string
 	lists   []manyList
+
+	uuidOnce sync.Once
+	uuids    map[string]bool // the scalars the SQL reads as uuid[]
+}
+
+// isUUID reports whether the statement reads scalar name as a uuid[].
+func (m *manyStmt) isUUID(name string) bool {
+	m.uuidOnce.Do(func() {
+		m.uuids = map[string]bool{}
+		for _, s := range m.scalars {
+			m.uuids[s] = strings.Contains(m.sql, "@"+s+"::uuid[]")
+		}
+	})
+	return m.uuids[name]
 }
 
 // The parts the statements for many writes share: commitEventsCTE and
@@ -100,7 +115,7 @@ func (m *manyStmt) args(reqs []*groupReq) (namedArgs, error) {
 	out := make(namedArgs, len(m.scalars)+4*len(m.lists))
 	for _, name := range m.scalars {
 		out[name] = mergeScalars(reqs, name)
-		if ids, ok := out[name].([]string); ok && strings.Contains(m.sql, "@"+name+"::uuid[]") {
+		if ids, ok := out[name].([]string); ok && m.isUUID(name) {
 			out[name] = uuidArray(ids)
 		}
 	}

@@ -405,7 +405,7 @@ func handedOff(in store.CommitWorkflowTaskParams, ready store.Ready, claimed cla
 				ID: id, RunID: in.RunID, WorkflowID: in.WorkflowID, WorkflowQueue: in.WorkflowQueue,
 				Seq: a.Seq, Activity: a.Activity, Queue: a.Queue, Input: a.Input, IdempotencyKey: a.IdempotencyKey,
 				Attempt: 1, MaxAttempts: a.MaxAttempts, Options: a.Options, ScheduledAt: in.Now, TraceContext: in.TraceContext,
-				LockedUntil: now.Add(time.Duration(a.Lease.Milliseconds()) * time.Millisecond),
+				LockedUntil: now.Add(a.Lease.Truncate(time.Millisecond)), // the statement's lease_ms
 			})
 		}
 	}
