@@ -25,8 +25,9 @@ func (e *Engine) claimActivityTasks(ctx context.Context, queue string, n int) ([
 	if len(types) == 0 {
 		return nil, nil
 	}
+	keys, share := e.backlog.take(queue, n)
 	return e.store.ClaimActivityTasks(ctx, store.ClaimParams{Queue: queue, WorkerID: e.opts.WorkerID, Limit: n, Now: e.now(),
-		Types: types, Prefer: e.backlog.take(queue, n)})
+		Types: types, Prefer: keys, PreferEarly: backlogHold, OldestFirst: share})
 }
 
 // runActivityTask runs one attempt of an activity and records its outcome:

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync"
+	"time"
 
 	"github.com/durable-go/durable/internal/store"
 )
@@ -10,10 +11,24 @@ import (
 // (their tasks stay in the queue for any worker).
 const backlogMax = 4096
 
-// backlogShare makes every backlogShare-th claim that has a backlog leave
-// one slot to the queue's oldest tasks, so that tasks in no engine's
-// backlog (of a stopped engine, or retries) are not held back by busy
-// engines that always have their own.
+// backlogHold is how long the activities in an engine's backlog are held
+// back from other engines: they are written ready backlogHold after they
+// were scheduled, and this engine's claims, which name them, take them
+// before that (store.ClaimParams.PreferEarly). An activity that another
+// engine takes finishes where its run is not cached: its outcome is
+// written alone, and the run's next task reads the whole history and
+// replays it, wherever it is claimed. With two engines under load that was
+// one activity in seven (docs/performance.md, item 48). After backlogHold,
+// an engine with a free slot takes them all the same, so a busy or stopped
+// engine's backlog still moves.
+const backlogHold = time.Second
+
+// backlogShare makes every backlogShare-th claim that has a backlog take one
+// of the queue's oldest ready tasks first, so that tasks in no engine's
+// backlog (of a stopped engine, retries, jobs) are not held back by busy
+// engines that always have their own. If there is none, the slot takes a
+// backlog task all the same: it used to be left to the queue, and stayed
+// empty while the backlog was held (item 49).
 const backlogShare = 16
 
 // activityBacklog is, per queue, the activities this engine scheduled on a
@@ -27,11 +42,18 @@ const backlogShare = 16
 type activityBacklog struct {
 	mu     sync.Mutex
 	queues map[string]*queueBacklog
+	// ready, if set, is called with a queue when the activities pushed on
+	// it until backlogHold ago have become ready for every engine: those
+	// whose entries were taken by a claim that did not get them, or dropped,
+	// wait for no one's next poll.
+	ready func(queue string)
 }
 
 type queueBacklog struct {
 	keys   []store.ActivityKey
-	claims int // claims made with entries
+	claims int  // claims made with entries
+	armed  bool // a timer calls ready within backlogHold
+	pushed bool // pushed since the timer was set
 }
 
 func newActivityBacklog() *activityBacklog {
@@ -55,29 +77,49 @@ func (b *activityBacklog) push(runID string, acts []store.NewActivityTask) {
 			q.keys = q.keys[1:]
 		}
 		q.keys = append(q.keys, store.ActivityKey{RunID: runID, Seq: a.Seq})
+		q.pushed = true
+		if !q.armed && b.ready != nil {
+			q.armed = true
+			b.armReady(a.Queue, q)
+		}
 	}
 }
 
+// armReady calls b.ready for the queue backlogHold from now, and again after
+// each backlogHold in which more was pushed. b.mu is held.
+func (b *activityBacklog) armReady(queue string, q *queueBacklog) {
+	q.pushed = false
+	time.AfterFunc(backlogHold, func() {
+		b.mu.Lock()
+		if q.pushed {
+			b.armReady(queue, q)
+		} else {
+			q.armed = false
+		}
+		b.mu.Unlock()
+		b.ready(queue)
+	})
+}
+
 // take removes and returns the oldest entries of queue for a claim of n
-// tasks: n of them, or n-1 every backlogShare-th time.
-func (b *activityBacklog) take(queue string, n int) []store.ActivityKey {
-	keys, _ := b.takeIfAny(queue, n)
-	return keys
+// tasks, at most n. Every backlogShare-th time it also says the claim should
+// take one of the queue's oldest ready tasks first (store.ClaimParams.OldestFirst).
+func (b *activityBacklog) take(queue string, n int) (keys []store.ActivityKey, share bool) {
+	keys, share, _ = b.takeIfAny(queue, n)
+	return keys, share
 }
 
 // takeIfAny is take that also reports whether the queue has a backlog: a
 // slot about to become free claims only then.
-func (b *activityBacklog) takeIfAny(queue string, n int) (keys []store.ActivityKey, had bool) {
+func (b *activityBacklog) takeIfAny(queue string, n int) (keys []store.ActivityKey, share, had bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	q := b.queues[queue]
 	if q == nil || len(q.keys) == 0 {
-		return nil, false
+		return nil, false, false
 	}
 	q.claims++
-	if q.claims%backlogShare == 0 {
-		n--
-	}
+	share = q.claims%backlogShare == 0
 	n = min(n, len(q.keys))
 	keys = make([]store.ActivityKey, n)
 	copy(keys, q.keys)
@@ -85,5 +127,5 @@ func (b *activityBacklog) takeIfAny(queue string, n int) (keys []store.ActivityK
 	if len(q.keys) == 0 {
 		q.keys = nil // let the array go
 	}
-	return keys, true
+	return keys, share, true
 }

@@ -146,8 +146,9 @@ func awaitOnlyInBacklog(t *testing.T, e *Engine, runID string) {
 	}, 10*time.Second, time.Millisecond, "the run's activity waits in the backlog")
 }
 
-// The backlog gives its oldest entries, leaves one slot to the queue every
-// backlogShare-th claim, and past backlogMax drops its oldest.
+// The backlog gives its oldest entries, asks every backlogShare-th claim to
+// take one of the queue's oldest tasks first, and past backlogMax drops its
+// oldest.
 func TestBacklogTakeAndBounds(t *testing.T) {
 	b := newActivityBacklog()
 	acts := make([]store.NewActivityTask, backlogMax+2)
@@ -155,13 +156,21 @@ func TestBacklogTakeAndBounds(t *testing.T) {
 		acts[i] = store.NewActivityTask{Seq: int64(i + 1), Queue: "q"}
 	}
 	b.push("r", acts)
-	require.Nil(t, b.take("other", 3))
-	got := b.take("q", 2)
+	keys, share := b.take("other", 3)
+	require.Nil(t, keys)
+	require.False(t, share)
+	got, _ := b.take("q", 2)
 	require.Equal(t, []store.ActivityKey{{RunID: "r", Seq: 3}, {RunID: "r", Seq: 4}}, got,
 		"the oldest two were dropped past backlogMax")
 	for i := 2; i < backlogShare; i++ {
-		require.Len(t, b.take("q", 1), 1, "claim %d", i)
+		keys, share := b.take("q", 1)
+		require.Len(t, keys, 1, "claim %d", i)
+		require.False(t, share, "claim %d", i)
 	}
-	require.Empty(t, b.take("q", 1), "claim %d leaves its one slot to the queue", backlogShare)
-	require.Len(t, b.take("q", 1), 1)
+	keys, share = b.take("q", 1)
+	require.Len(t, keys, 1, "claim %d names a task all the same, for when the queue has no other", backlogShare)
+	require.True(t, share, "claim %d takes one of the queue's oldest first", backlogShare)
+	keys, share = b.take("q", 1)
+	require.Len(t, keys, 1)
+	require.False(t, share)
 }

@@ -240,6 +240,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
 		metrics:    newMetrics(),
 		tracer:     newTracer(opts.TracerProvider),
 	}
+	e.backlog.ready = func(queue string) { e.hub.publish("a:" + queue) }
 	if opts.wrapStorage != nil {
 		e.store = opts.wrapStorage(e.store)
 	}

@@ -76,6 +76,7 @@ func (e *Engine) handOffActivities(runID string, acts []store.NewActivityTask, i
 			a.ClaimAs = e.opts.WorkerID
 			h.reserved[a.Seq] = p
 		default:
+			a.RunAfter = a.RunAfter.Add(backlogHold) // for others; this engine claims it by name
 			h.queued = append(h.queued, *a)
 		}
 	}

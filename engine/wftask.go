@@ -200,9 +200,9 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 		// The slot has nothing of this run to run next. If this engine has
 		// a backlog on its queue, the commit claims the queue's next task
 		// for the slot: no claim transaction, no idle slot meanwhile.
-		if keys, had := e.backlog.takeIfAny(inlineQueue, 1); had {
+		if keys, share, had := e.backlog.takeIfAny(inlineQueue, 1); had {
 			commit.ClaimNext = &store.ClaimParams{Queue: inlineQueue, WorkerID: e.opts.WorkerID, Limit: 1, Now: now,
-				Types: e.registered(false), Prefer: keys}
+				Types: e.registered(false), Prefer: keys, PreferEarly: backlogHold, OldestFirst: share}
 		}
 	}
 	ready, err := e.store.CommitWorkflowTask(ctx, commit)

@@ -162,6 +162,17 @@ type ClaimParams struct {
 	// Prefer, in an activity claim, names tasks to claim first, if they are
 	// ready and not locked; the rest of Limit goes in queue order.
 	Prefer []ActivityKey
+	// PreferEarly makes a preferred task that has never been tried ready for
+	// this claim up to PreferEarly before its RunAfter: an engine holds the
+	// activities it schedules without a free slot back from other engines
+	// that long (NewActivityTask.RunAfter), and claims them itself as soon as
+	// it has a slot.
+	PreferEarly time.Duration
+	// OldestFirst makes the claim take one of the queue's oldest ready
+	// tasks before the preferred ones (then the preferred, then the oldest
+	// again): an engine that always has preferred tasks leaves no others
+	// waiting for good.
+	OldestFirst bool
 }
 
 // ActivityKey names a run's activity task: its run and its command

@@ -112,6 +112,78 @@ func TestClaimTakesPreferredActivitiesFirst(t *testing.T) {
 	require.Empty(t, claim())
 }
 
+// An activity written ready later than it was scheduled (an engine's
+// backlog, held back from the others) is claimed early only by a claim that
+// names it and allows it (PreferEarly), and only if it was never tried: a
+// retry waits for its backoff whoever names it.
+func TestPreferredActivitiesMayBeClaimedEarly(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := postgres.New(pgtest.Pool(t))
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	held := runWithActivity(t, s, "held", now, now.Add(time.Second))
+	retried := runWithActivity(t, s, "retried", now, now)
+	claim := func(at time.Time, early time.Duration, prefer ...string) []string {
+		t.Helper()
+		var keys []store.ActivityKey
+		for _, r := range prefer {
+			keys = append(keys, store.ActivityKey{RunID: r, Seq: 1})
+		}
+		tasks, err := s.ClaimActivityTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 2,
+			Now: at, Prefer: keys, PreferEarly: early})
+		require.NoError(t, err)
+		var got []string
+		for _, a := range tasks {
+			got = append(got, a.RunID)
+		}
+		return got
+	}
+	tasks, err := s.ClaimActivityTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 2, Now: now})
+	require.NoError(t, err)
+	require.Len(t, tasks, 1, "the held one is not ready yet")
+	require.Equal(t, retried, tasks[0].RunID)
+	require.NoError(t, s.RetryActivity(ctx, store.RetryActivityParams{TaskID: tasks[0].ID, Attempt: 1,
+		RunAfter: now.Add(500 * time.Millisecond), Error: "boom", Now: now}))
+
+	require.Empty(t, claim(now, 0, held), "named, but not allowed early")
+	require.Empty(t, claim(now, time.Second, retried), "a retry is not claimed before its backoff")
+	require.Equal(t, []string{held}, claim(now, time.Second, held, retried), "the never-tried one, named, early")
+	require.Equal(t, []string{retried}, claim(now.Add(500*time.Millisecond), 0), "the retry when due")
+}
+
+// A claim with OldestFirst takes one of the queue's oldest ready tasks
+// before the preferred ones; when there is none, it takes the preferred
+// ones all the same, held ones included, and leaves no slot empty.
+func TestOldestFirstTakesTheQueuesOldestBeforeThePreferred(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := postgres.New(pgtest.Pool(t))
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	oldest := runWithActivity(t, s, "oldest", now, now)
+	preferred := runWithActivity(t, s, "preferred", now, now.Add(time.Millisecond))
+	held := runWithActivity(t, s, "held", now, now.Add(time.Hour))
+	claim := func(limit int, prefer ...string) []string {
+		t.Helper()
+		var keys []store.ActivityKey
+		for _, r := range prefer {
+			keys = append(keys, store.ActivityKey{RunID: r, Seq: 1})
+		}
+		tasks, err := s.ClaimActivityTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Limit: limit,
+			Now: now.Add(time.Second), Prefer: keys, PreferEarly: time.Hour, OldestFirst: true})
+		require.NoError(t, err)
+		var got []string
+		for _, a := range tasks {
+			got = append(got, a.RunID)
+		}
+		return got
+	}
+	require.Equal(t, []string{oldest}, claim(1, preferred), "the queue's oldest, ahead of the preferred one")
+	require.Equal(t, []string{preferred, held}, claim(2, held), "the oldest ready one, then the preferred held one")
+	held2 := runWithActivity(t, s, "held-2", now, now.Add(time.Hour))
+	require.Equal(t, []string{held2}, claim(1, held2), "nothing else is ready: the one slot takes the preferred one")
+	require.Empty(t, claim(1, held), "all claimed")
+}
+
 // runWithActivity starts a run whose first task schedules activity 1 on
 // queue q, ready at readyAt, and returns the run's ID.
 func runWithActivity(t *testing.T, s *postgres.Store, workflowID string, now, readyAt time.Time) string {

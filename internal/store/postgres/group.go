@@ -264,6 +264,8 @@ func queueClaims(b *pgx.Batch, batch []*groupReq, plan bool) {
 		in.Limit, in.Prefer = len(reqs), nil
 		for _, r := range reqs {
 			in.Prefer = append(in.Prefer, r.claim.Prefer...)
+			in.PreferEarly = max(in.PreferEarly, r.claim.PreferEarly)
+			in.OldestFirst = in.OldestFirst || r.claim.OldestFirst
 			if r.claim.Now.After(in.Now) {
 				in.Now = r.claim.Now
 			}
