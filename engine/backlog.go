@@ -28,7 +28,7 @@ const backlogHold = time.Second
 // backlog (of a stopped engine, retries, jobs) are not held back by busy
 // engines that always have their own. If there is none, the slot takes a
 // backlog task all the same: it used to be left to the queue, and stayed
-// empty while the backlog was held (item 49).
+// empty while the backlog was held (docs/performance.md, item 48).
 const backlogShare = 16
 
 // activityBacklog is, per queue, the activities this engine scheduled on a

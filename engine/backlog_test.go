@@ -174,3 +174,24 @@ func TestBacklogTakeAndBounds(t *testing.T) {
 	require.Len(t, keys, 1)
 	require.False(t, share)
 }
+
+// Once the hold of what was pushed on a queue is over, the backlog
+// announces the queue, once: what a claim named but did not get is then
+// ready for any engine, which must not wait for its backstop poll.
+func TestBacklogAnnouncesItsQueueWhenTheHoldEnds(t *testing.T) {
+	t.Parallel()
+	b := newActivityBacklog()
+	calls := make(chan string, 10)
+	b.ready = func(queue string) { calls <- queue }
+	pushed := time.Now()
+	b.push("r", []store.NewActivityTask{{Seq: 1, Queue: "q"}, {Seq: 2, Queue: "q"}})
+	select {
+	case q := <-calls:
+		require.Equal(t, "q", q)
+		require.GreaterOrEqual(t, time.Since(pushed), backlogHold, "not before the hold ends")
+	case <-time.After(10 * backlogHold):
+		t.Fatal("the queue was not announced")
+	}
+	require.Never(t, func() bool { return len(calls) > 0 }, backlogHold+backlogHold/2, 10*time.Millisecond,
+		"nothing more was pushed: no more announcements")
+}
