@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -77,8 +78,19 @@ func (b *activityBacklog) push(runID string, acts []store.NewActivityTask) {
 			q.keys = q.keys[1:]
 		}
 		q.keys = append(q.keys, store.ActivityKey{RunID: runID, Seq: a.Seq})
-		q.pushed = true
-		if !q.armed && b.ready != nil {
+	}
+	if b.ready == nil {
+		return
+	}
+	for i, a := range acts {
+		if slices.ContainsFunc(acts[:i], func(o store.NewActivityTask) bool { return o.Queue == a.Queue }) {
+			continue // this push's activities share their queue's timer
+		}
+		// Their hold ends before now+backlogHold: it began when the commit
+		// that wrote them was made.
+		if q := b.queues[a.Queue]; q.armed {
+			q.pushed = true
+		} else {
 			q.armed = true
 			b.armReady(a.Queue, q)
 		}

@@ -194,4 +194,18 @@ func TestBacklogAnnouncesItsQueueWhenTheHoldEnds(t *testing.T) {
 	}
 	require.Never(t, func() bool { return len(calls) > 0 }, backlogHold+backlogHold/2, 10*time.Millisecond,
 		"nothing more was pushed: no more announcements")
+
+	// A push while the timer runs is announced by a second timer, after the
+	// first: its hold ends later.
+	pushed = time.Now()
+	b.push("r", []store.NewActivityTask{{Seq: 3, Queue: "q"}})
+	b.push("r", []store.NewActivityTask{{Seq: 4, Queue: "q"}})
+	for want := 1; want <= 2; want++ {
+		select {
+		case <-calls:
+			require.GreaterOrEqual(t, time.Since(pushed), time.Duration(want)*backlogHold, "announcement %d", want)
+		case <-time.After(10 * backlogHold):
+			t.Fatalf("announcement %d did not come", want)
+		}
+	}
 }
