@@ -345,3 +345,45 @@ func TestWorkflowError(t *testing.T) {
 	require.Equal(t, "no account for 7", we.Failure.Message)
 	require.Equal(t, "fails", we.WorkflowID)
 }
+
+// Remote is an activity that only another engine has.
+func Remote(_ context.Context, n int) (int, error) { return n + 1, nil }
+
+// CallsRemote runs Remote, which its own engine does not have, once
+// signalled "go" (by then its engine runs for sure).
+func CallsRemote(ctx workflow.Context, n int) (int, error) {
+	if _, err := workflow.GetSignalChannel[int](ctx, "go").Receive(ctx); err != nil {
+		return 0, err
+	}
+	return workflow.ExecuteActivity(ctx, Remote, n).Get(ctx)
+}
+
+// An engine that serves an activity's queue but does not have the activity
+// leaves it to the engines that do, instead of claiming it for itself and
+// failing its first attempt as not registered.
+func TestActivityNotRegisteredHereIsLeftToOthers(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := resultCtx(t)
+	workflows := newEngine(t, pool, engine.Options{})
+	require.NoError(t, engine.RegisterWorkflow(workflows, CallsRemote, engine.WorkflowOptions{}))
+	require.NoError(t, engine.RegisterActivity(workflows, Double, activity.Options{})) // some other activity
+	activities := newEngine(t, pool, engine.Options{})
+	require.NoError(t, engine.RegisterActivity(activities, Remote, activity.Options{}))
+	run(t, workflows)
+	run(t, activities)
+
+	r, err := engine.Start(ctx, workflows, CallsRemote, 1, engine.StartOptions{ID: "calls-remote"})
+	require.NoError(t, err)
+	require.NoError(t, engine.Signal(ctx, workflows, "calls-remote", "go", 0))
+	got, err := r.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, got)
+	events, err := r.History(ctx)
+	require.NoError(t, err)
+	for _, ev := range events {
+		if done, ok := ev.Attributes.(history.ActivityCompleted); ok {
+			require.Equal(t, 1, done.Attempt, "the first attempt ran where the activity is")
+		}
+	}
+}

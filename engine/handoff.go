@@ -69,7 +69,7 @@ func (e *Engine) handOffActivities(runID string, acts []store.NewActivityTask, i
 		a := &acts[i]
 		p := e.activityPool(a.Queue)
 		switch {
-		case p == nil:
+		case p == nil, !e.hasActivity(a.Activity): // for the engines that have it
 		case inlineQueue != "" && h.inline == 0 && a.Queue == inlineQueue:
 			a.ClaimAs, h.inline = e.opts.WorkerID, a.Seq
 		case p.tryAcquire():

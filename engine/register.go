@@ -158,6 +158,13 @@ func (e *Engine) resolveWorkflow(fn any) (string, string) {
 	return name, queue
 }
 
+// hasActivity reports whether this engine can run the activity name.
+func (e *Engine) hasActivity(name string) bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.activities[name] != nil
+}
+
 // registered returns the names of the registered workflows (or
 // activities), for the claims. Registration appends to the lists; the
 // returned slice is never written again.
