@@ -26,8 +26,16 @@ func (e *Engine) claimActivityTasks(ctx context.Context, queue string, n int) ([
 		return nil, nil
 	}
 	keys, share := e.backlog.take(queue, n)
-	return e.store.ClaimActivityTasks(ctx, store.ClaimParams{Queue: queue, WorkerID: e.opts.WorkerID, Limit: n, Now: e.now(),
-		Types: types, Prefer: keys, PreferEarly: backlogHold, OldestFirst: share})
+	return e.store.ClaimActivityTasks(ctx, e.activityClaim(queue, n, e.now(), types, keys, share))
+}
+
+// activityClaim is this engine's claim of up to n tasks of types on queue
+// at now: first one of the queue's oldest if share, then the backlog's keys
+// (held back from other engines, so taken early: backlogHold), then the
+// queue's oldest. keys and share come from the backlog's take.
+func (e *Engine) activityClaim(queue string, n int, now time.Time, types []string, keys []store.ActivityKey, share bool) store.ClaimParams {
+	return store.ClaimParams{Queue: queue, WorkerID: e.opts.WorkerID, Limit: n, Now: now,
+		Types: types, Prefer: keys, PreferEarly: backlogHold, OldestFirst: share}
 }
 
 // runActivityTask runs one attempt of an activity and records its outcome:

@@ -201,8 +201,8 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 		// a backlog on its queue, the commit claims the queue's next task
 		// for the slot: no claim transaction, no idle slot meanwhile.
 		if keys, share, had := e.backlog.takeIfAny(inlineQueue, 1); had {
-			commit.ClaimNext = &store.ClaimParams{Queue: inlineQueue, WorkerID: e.opts.WorkerID, Limit: 1, Now: now,
-				Types: e.registered(false), Prefer: keys, PreferEarly: backlogHold, OldestFirst: share}
+			c := e.activityClaim(inlineQueue, 1, now, e.registered(false), keys, share)
+			commit.ClaimNext = &c
 		}
 	}
 	ready, err := e.store.CommitWorkflowTask(ctx, commit)
