@@ -78,10 +78,28 @@ func (f *finishAfterInsert) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data
 	if ctx.Value(insertKey{}) == nil || data.Err != nil || !f.armed.CompareAndSwap(true, false) {
 		return
 	}
+	f.finish(ctx)
+}
+
+func (f *finishAfterInsert) finish(ctx context.Context) {
 	if _, err := f.admin.Exec(context.WithoutCancel(ctx), `DELETE FROM durable_activity_tasks WHERE idempotency_key = 'k'`); err != nil {
 		panic(err)
 	}
 }
+
+// The store sends its statements in batches (with the planner's settings).
+
+func (f *finishAfterInsert) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (f *finishAfterInsert) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if strings.Contains(data.SQL, "INSERT INTO durable_activity_tasks (activity,") && data.Err == nil && f.armed.CompareAndSwap(true, false) {
+		f.finish(ctx)
+	}
+}
+
+func (f *finishAfterInsert) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // A claim takes the ready tasks it prefers first, then the queue's oldest;
 // a preferred task that is not ready (claimed already) or does not exist is

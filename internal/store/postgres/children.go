@@ -97,11 +97,11 @@ func (s *Store) familyEffects(ctx context.Context, in store.CommitWorkflowTaskPa
 			return err
 		}
 		var n int
-		err = s.db.QueryRow(ctx, createChildSQL, namedArgs{
+		err = s.queryRow(ctx, createChildSQL, scanInto(&n), namedArgs{
 			"run_id": c.RunID, "workflow_id": c.WorkflowID, "workflow_type": c.WorkflowType, "queue": c.Queue,
 			"input": jsonArg(c.Input), "parent": in.RunID, "seq": c.Seq, "policy": c.ParentClosePolicy,
 			"started": string(started), "now": in.Now,
-		}).Scan(&n)
+		})
 		if err != nil {
 			return fmt.Errorf("start child workflow %q: %w", c.WorkflowID, err)
 		}
@@ -133,7 +133,7 @@ func (s *Store) familyEffects(ctx context.Context, in store.CommitWorkflowTaskPa
 // reportToParent appends a closed child's outcome to its parent.
 func (s *Store) reportToParent(ctx context.Context, childRunID, parentRunID string, c *store.CloseRun, now time.Time, ready *store.Ready) error {
 	var seq int64
-	if err := s.db.QueryRow(ctx, `SELECT coalesce(parent_seq, 0) FROM durable_runs WHERE run_id = $1`, childRunID).Scan(&seq); err != nil {
+	if err := s.queryRow(ctx, `SELECT coalesce(parent_seq, 0) FROM durable_runs WHERE run_id = $1`, scanInto(&seq), childRunID); err != nil {
 		return err
 	}
 	var ev history.Attributes = history.ChildWorkflowCompleted{Seq: seq, Result: c.Result}
@@ -208,16 +208,13 @@ func reportsToParent(in store.CommitWorkflowTaskParams) bool {
 func (s *Store) closeChildren(ctx context.Context, parentRunID string, now time.Time, ready *store.Ready) error {
 	seen := []string{} // not nil: NULL would match nothing
 	for {
-		rows, err := s.db.Query(ctx, openChildrenSQL, namedArgs{"parent": parentRunID, "seen": seen})
-		if err != nil {
-			return err
-		}
 		type child struct{ runID, policy string }
-		children, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (child, error) {
-			var c child
-			err := row.Scan(&c.runID, &c.policy)
-			return c, err
-		})
+		children, err := queryIndexed(ctx, s, openChildrenSQL, namedArgs{"parent": parentRunID, "seen": seen},
+			func(row pgx.CollectableRow) (child, error) {
+				var c child
+				err := row.Scan(&c.runID, &c.policy)
+				return c, err
+			})
 		if err != nil {
 			return err
 		}
@@ -239,7 +236,7 @@ func (s *Store) closeChildren(ctx context.Context, parentRunID string, now time.
 				continue
 			}
 			var n int
-			if err := s.db.QueryRow(ctx, terminateByRunSQL, namedArgs{"run_id": c.runID, "reason": "parent closed", "now": now}).Scan(&n); err != nil {
+			if err := s.queryRow(ctx, terminateByRunSQL, scanInto(&n), namedArgs{"run_id": c.runID, "reason": "parent closed", "now": now}); err != nil {
 				return err
 			}
 		}
@@ -256,9 +253,9 @@ func (s *Store) appendEvent(ctx context.Context, runID string, ev history.Attrib
 		return err
 	}
 	var runQueue, taskQueue *string
-	err = s.db.QueryRow(ctx, appendEventSQL, namedArgs{
+	err = s.queryRow(ctx, appendEventSQL, scanInto(&runQueue, &taskQueue), namedArgs{
 		"run_id": runID, "type": ev.EventType(), "attrs": string(attrs), "now": now,
-	}).Scan(&runQueue, &taskQueue)
+	})
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("append %s to run %s: %w", ev.EventType(), runID, err)
 	}

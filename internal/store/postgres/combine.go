@@ -34,7 +34,7 @@ func (s *Store) Batch(max int) {
 // with concurrent ones when Batch is on.
 func (s *Store) startRun(ctx context.Context, workflowID string, args namedArgs, scan func(pgx.Row) error) error {
 	if s.starts == nil || s.db != dbtx(s.pool) {
-		return scan(s.db.QueryRow(ctx, createRunSQL, args))
+		return s.queryRow(ctx, createRunSQL, scan, args)
 	}
 	r := &groupReq{ctx: ctx, key: workflowID, sql: createRunSQL, args: args, scan: scan, many: createRunMany,
 		done: make(chan error, 1)}
@@ -54,7 +54,7 @@ type runReadResult struct {
 	err error
 }
 
-const getRunsSQL = `SELECT ` + runColumns + ` WHERE r.run_id = ANY($1::uuid[])`
+const getRunsSQL = `SELECT ` + runColumns + ` WHERE r.run_id = ANY(@ids::uuid[])`
 
 // GetRun implements store.Store.
 func (s *Store) GetRun(ctx context.Context, runID string) (store.Run, error) {
@@ -81,11 +81,7 @@ func (s *Store) getRuns(reads []*runRead) {
 			ids[i] = r.runID
 		}
 		// The batch's read outlives any one caller's context.
-		rows, err := s.pool.Query(context.WithoutCancel(reads[0].ctx), getRunsSQL, uuidArray(ids))
-		var runs []store.Run
-		if err == nil {
-			runs, err = pgx.CollectRows(rows, scanRun)
-		}
+		runs, err := queryIndexed(context.WithoutCancel(reads[0].ctx), s, getRunsSQL, namedArgs{"ids": uuidArray(ids)}, scanRun)
 		if err == nil {
 			byID := make(map[string]store.Run, len(runs))
 			for _, run := range runs {

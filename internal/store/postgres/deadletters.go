@@ -98,7 +98,7 @@ SELECT count(*) FROM run`
 // RedriveDeadLetter implements store.Store.
 func (s *Store) RedriveDeadLetter(ctx context.Context, in store.RedriveParams) (store.RedriveResult, error) {
 	var res store.RedriveResult
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		d, err := getDeadLetter(ctx, tx, `SELECT `+deadLetterColumns+` WHERE id = $1 FOR UPDATE`, in.ID)
 		if err != nil {
 			return err

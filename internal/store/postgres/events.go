@@ -13,18 +13,13 @@ import (
 const listEventsSQL = `
 SELECT event_id, type, attributes, created_at
 FROM durable_events
-WHERE run_id = $1 AND event_id > $2
+WHERE run_id = @run_id AND event_id > @after
 ORDER BY event_id`
 
 // ListEvents implements store.Store.
 func (s *Store) ListEvents(ctx context.Context, runID string, afterID int64) ([]history.Event, error) {
-	rows, err := s.db.Query(ctx, listEventsSQL, runID, afterID)
-	if err != nil {
-		return nil, fmt.Errorf("list events of run %s: %w", runID, err)
-	}
-	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (history.Event, error) {
-		return scanEvent(row)
-	})
+	events, err := queryIndexed(ctx, s, listEventsSQL, namedArgs{"run_id": runID, "after": afterID},
+		func(row pgx.CollectableRow) (history.Event, error) { return scanEvent(row) })
 	if err != nil {
 		return nil, fmt.Errorf("list events of run %s: %w", runID, err)
 	}
@@ -35,27 +30,25 @@ const listEventsOfRunsSQL = `
 SELECT run_id::text, event_id, type, attributes, created_at
 FROM durable_events
 WHERE run_id = ANY($1::uuid[])
-ORDER BY run_id, event_id`
+ORDER BY durable_events.run_id, event_id`
 
 // ListEventsOfRuns returns the whole histories of runs, by run ID, in one
 // statement; a run without events is absent. An event that does not decode
 // fails the whole read (the caller can read run by run to find it).
 func (s *Store) ListEventsOfRuns(ctx context.Context, runIDs []string) (map[string][]history.Event, error) {
-	rows, err := s.db.Query(ctx, listEventsOfRunsSQL, uuidArray(runIDs))
-	if err != nil {
-		return nil, fmt.Errorf("list events of %d runs: %w", len(runIDs), err)
-	}
-	defer rows.Close()
 	byRun := make(map[string][]history.Event, len(runIDs))
-	for rows.Next() {
-		var runID string
-		ev, err := scanEvent(rows, &runID)
-		if err != nil {
-			return nil, fmt.Errorf("list events of run %s: %w", runID, err)
+	err := s.query(ctx, listEventsOfRunsSQL, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var runID string
+			ev, err := scanEvent(rows, &runID)
+			if err != nil {
+				return fmt.Errorf("list events of run %s: %w", runID, err)
+			}
+			byRun[runID] = append(byRun[runID], ev)
 		}
-		byRun[runID] = append(byRun[runID], ev)
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	}, uuidArray(runIDs))
+	if err != nil {
 		return nil, fmt.Errorf("list events of %d runs: %w", len(runIDs), err)
 	}
 	return byRun, nil

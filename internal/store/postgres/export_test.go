@@ -1,12 +1,14 @@
 package postgres
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/internal/batch"
+	"github.com/durable-go/durable/internal/store"
 )
 
 // HoldGroup turns group commit on for s without flushers: writes wait
@@ -54,4 +56,10 @@ func hold[T any](t *testing.T, s *Store, b *batch.Batcher[T]) func(n int) int {
 		require.Eventually(t, b.Idle, 10*time.Second, time.Millisecond, "the calls done")
 		return int(s.merged.Load() - before)
 	}
+}
+
+// ClaimActivityStatement returns the statement ClaimActivityTasks runs for
+// in, with positional parameters, and its arguments.
+func ClaimActivityStatement(in store.ClaimParams) (sql string, args []any, err error) {
+	return claimActivityArgs(in).RewriteQuery(context.Background(), nil, claimActivityTasksSQL, nil)
 }

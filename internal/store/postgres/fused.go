@@ -171,26 +171,36 @@ WITH inp AS (
     UPDATE durable_runs r
     SET next_event_id = r.next_event_id + i.n, processed_event_id = i.processed, updated_at = i.now%[4]s
     FROM act JOIN inp i ON i.ix = act.ix
-    WHERE r.run_id = act.run_id AND ` + runOpen + ` AND r.next_event_id = i.processed%[5]s
+    WHERE r.run_id = act.run_id AND ` + runOpen + ` AND r.next_event_id = i.processed
+        AND r.run_id = ANY(@run_id::uuid[])%[5]s
     RETURNING i.ix, r.run_id, r.queue, r.next_event_id - i.n AS first_id, i.now, i.act_id, i.fired_seq, r.waiter
 ), done AS (
     %[6]s
 ` + manyEventsCTE
 	const (
 		activityLock = `
-    SELECT i.ix, t.run_id FROM inp i JOIN durable_activity_tasks t
-        ON t.id = i.act_id AND t.attempt = i.act_attempt AND t.run_id = i.run_id
-    ORDER BY i.ix
-    FOR UPDATE OF t`
+    SELECT i.ix, t.run_id FROM (SELECT * FROM inp ORDER BY ix) i
+    CROSS JOIN LATERAL (
+        SELECT t.run_id FROM durable_activity_tasks t
+        WHERE t.id = i.act_id AND t.attempt = i.act_attempt AND t.run_id = i.run_id
+        FOR UPDATE
+    ) t`
 		timerRead = `
-    SELECT i.ix, d.run_id FROM inp i JOIN durable_timers d ON d.run_id = i.run_id AND d.seq = i.fired_seq`
-		activityDone = `DELETE FROM durable_activity_tasks a USING run WHERE a.id = run.act_id`
-		timerDone    = `DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id AND d.seq = run.fired_seq`
-		timersDone   = `DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id`
-		closeSet     = `,
+    SELECT i.ix, d.run_id FROM inp i
+    CROSS JOIN LATERAL (
+        SELECT d.run_id FROM durable_timers d WHERE d.run_id = i.run_id AND d.seq = i.fired_seq
+        LIMIT 1
+    ) d`
+		activityDone = `DELETE FROM durable_activity_tasks a USING run
+    WHERE a.id = run.act_id AND a.id = ANY(@act_id::bigint[])`
+		timerDone = `DELETE FROM durable_timers d USING run
+    WHERE d.run_id = run.run_id AND d.seq = run.fired_seq AND d.run_id = ANY(@run_id::uuid[])`
+		timersDone = `DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id AND d.run_id = ANY(@run_id::uuid[])`
+		closeSet   = `,
         status = 'completed', result = i.result, closed_at = i.now`
 		closeCond = `
-      AND NOT EXISTS (SELECT 1 FROM durable_activity_tasks o WHERE o.run_id = r.run_id AND o.id <> i.act_id)`
+      AND NOT EXISTS (SELECT 1 FROM durable_activity_tasks o
+          WHERE o.run_id = r.run_id AND o.id <> i.act_id AND o.run_id = ANY(@run_id::uuid[]))`
 		fences = `
 SELECT i.ix, (SELECT count(*) FROM act WHERE act.ix = i.ix), (SELECT count(*) FROM run WHERE run.ix = i.ix),
     (SELECT first_id FROM run WHERE run.ix = i.ix),`

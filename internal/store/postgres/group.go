@@ -68,13 +68,13 @@ func (s *Store) StartGroupCommit(flushers, max int) (stop func()) {
 	}
 }
 
-// queryRow runs a one-row write, grouped with others when group commit is on
+// writeRow runs a one-row write, grouped with others when group commit is on
 // and the store is not bound to a caller's transaction.
-func (s *Store) queryRow(ctx context.Context, key, sql string, args namedArgs, scan func(pgx.Row) error) error {
+func (s *Store) writeRow(ctx context.Context, key, sql string, args namedArgs, scan func(pgx.Row) error) error {
 	return s.queryRowMany(ctx, key, sql, nil, args, scan)
 }
 
-// queryRowMany is queryRow for a write that a group may do together with
+// queryRowMany is writeRow for a write that a group may do together with
 // others of its kind, in many's one statement.
 func (s *Store) queryRowMany(ctx context.Context, key, sql string, many *manyStmt, args namedArgs, scan func(pgx.Row) error) error {
 	_, err := s.queryRowClaiming(ctx, key, sql, many, args, nil, scan)
@@ -92,7 +92,7 @@ func (s *Store) queryRowClaiming(ctx context.Context, key, sql string, many *man
 			return r.next, err
 		}
 	}
-	return nil, scan(s.db.QueryRow(ctx, sql, args))
+	return nil, s.queryRow(ctx, sql, scan, args)
 }
 
 func (g *grouper) submit(r *groupReq) bool {
@@ -158,7 +158,7 @@ func (g *grouper) flush() {
 func (g *grouper) commit(batch []*groupReq) {
 	if len(batch) == 1 && batch[0].claim == nil {
 		r := batch[0]
-		r.done <- r.scan(g.s.pool.QueryRow(r.ctx, r.sql, r.args))
+		r.done <- g.s.queryRow(r.ctx, r.sql, r.scan, r.args)
 		return
 	}
 	slices.SortStableFunc(batch, func(a, b *groupReq) int { return strings.Compare(a.key, b.key) })
@@ -168,6 +168,7 @@ func (g *grouper) commit(batch []*groupReq) {
 	// Sync ends it): all its writes commit together or none does, without
 	// the round trips of BEGIN and COMMIT.
 	b := &pgx.Batch{}
+	b.Queue(indexPlans)
 	var kinds []*manyStmt
 	same := map[*manyStmt][]*groupReq{}
 	for _, r := range batch {
@@ -180,7 +181,6 @@ func (g *grouper) commit(batch []*groupReq) {
 		}
 		same[r.many] = append(same[r.many], r)
 	}
-	planned := false
 	for _, m := range kinds {
 		reqs := same[m]
 		var args namedArgs
@@ -194,15 +194,11 @@ func (g *grouper) commit(batch []*groupReq) {
 			delete(same, m)
 			continue
 		}
-		if !planned { // after the single writes: the settings hold to the end
-			b.Queue(indexPlans)
-			planned = true
-		}
 		b.Queue(m.sql, args).Query(m.scanEach(reqs))
 	}
 	// The claims go last: they never wait for a lock (SKIP LOCKED), so a
 	// transaction that holds their locks waits for nothing more.
-	queueClaims(b, batch, !planned)
+	queueClaims(b, batch)
 	err := g.s.pool.SendBatch(ctx, b).Close()
 	if err == nil {
 		for _, m := range kinds {
@@ -224,14 +220,14 @@ func (g *grouper) commit(batch []*groupReq) {
 	}
 	for _, r := range batch { // find the bad write: each on its own; nothing was claimed
 		r.next = nil
-		r.done <- r.scan(g.s.pool.QueryRow(r.ctx, r.sql, r.args))
+		r.done <- g.s.queryRow(r.ctx, r.sql, r.scan, r.args)
 	}
 }
 
 // queueClaims adds to b the claims of the batch's writes: one statement
 // for all that claim alike (queue, worker, types), each write getting at
-// most one task. plan says whether indexPlans must go first.
-func queueClaims(b *pgx.Batch, batch []*groupReq, plan bool) {
+// most one task.
+func queueClaims(b *pgx.Batch, batch []*groupReq) {
 	var (
 		keys []string
 		same map[string][]*groupReq // made on the first claim: most batches have none
@@ -254,9 +250,6 @@ func queueClaims(b *pgx.Batch, batch []*groupReq, plan bool) {
 	}
 	if len(keys) == 0 {
 		return
-	}
-	if plan {
-		b.Queue(indexPlans)
 	}
 	for _, k := range keys {
 		reqs := same[k]

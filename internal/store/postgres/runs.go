@@ -242,11 +242,15 @@ func (s *Store) createRunFirst(ctx context.Context, in store.CreateRunParams, ev
 // statements name the run by a parameter, not only through a join.
 const runOpen = `(r.status = 'running') IS TRUE`
 
+// runColumns reads a run and its workflow task, by key (LATERAL: as a
+// join, a plan made on a nearly empty table walked the whole task table).
 const runColumns = `
     r.run_id::text, r.workflow_id, r.workflow_type, r.queue, r.status, r.input, r.result, r.failure,
     r.created_at, r.updated_at, r.closed_at, r.next_event_id - 1,
     coalesce(t.last_error, ''), coalesce(t.attempts, 0), coalesce(r.waiter, '')
-FROM durable_runs r LEFT JOIN durable_workflow_tasks t ON t.run_id = r.run_id`
+FROM durable_runs r LEFT JOIN LATERAL (
+    SELECT t.last_error, t.attempts FROM durable_workflow_tasks t WHERE t.run_id = r.run_id LIMIT 1
+) t ON true`
 
 const (
 	getRunSQL     = `SELECT ` + runColumns + ` WHERE r.run_id = $1`
@@ -265,7 +269,7 @@ const watchRunSQL = `UPDATE durable_runs SET waiter = '*' WHERE run_id = $1 AND 
 
 // WatchRun implements store.Store.
 func (s *Store) WatchRun(ctx context.Context, runID string) (bool, error) {
-	tag, err := s.db.Exec(ctx, watchRunSQL, runID)
+	tag, err := s.exec(ctx, watchRunSQL, runID)
 	if err != nil {
 		return false, fmt.Errorf("watch run %s: %w", runID, translate(err))
 	}
@@ -278,11 +282,11 @@ func (s *Store) GetRunByWorkflowID(ctx context.Context, workflowID string) (stor
 }
 
 func (s *Store) getRun(ctx context.Context, sql, arg string) (store.Run, error) {
-	rows, err := s.db.Query(ctx, sql, arg)
-	if err != nil {
-		return store.Run{}, fmt.Errorf("get run: %w", err)
-	}
-	r, err := pgx.CollectExactlyOneRow(rows, scanRun)
+	var r store.Run
+	err := s.query(ctx, sql, func(rows pgx.Rows) (err error) {
+		r, err = pgx.CollectExactlyOneRow(rows, scanRun)
+		return err
+	}, arg)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Run{}, store.ErrNotFound
 	}

@@ -43,9 +43,9 @@ func (s *Store) SignalRun(ctx context.Context, in store.SignalParams, event hist
 		n, notes int
 		queue    *string
 	)
-	err = s.db.QueryRow(ctx, signalRunSQL, namedArgs{
+	err = s.queryRow(ctx, signalRunSQL, scanInto(&n, &queue, &notes), namedArgs{
 		"workflow_id": in.WorkflowID, "now": in.Now, "type": event.EventType(), "attrs": string(attrs), "notify": in.Notify,
-	}).Scan(&n, &queue, &notes)
+	})
 	if err != nil {
 		return ready, fmt.Errorf("%s to workflow %q: %w", event.EventType(), in.WorkflowID, err)
 	}
@@ -136,7 +136,7 @@ func (s *Store) TerminateRun(ctx context.Context, in store.TerminateParams) (sto
 	var ready store.Ready
 	var runID, parentRunID string
 	closed := &store.CloseRun{Status: store.StatusTerminated, Failure: &history.Failure{Message: "terminated: " + in.Reason, Class: "terminated"}}
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		if runID, parentRunID, err = lockOpenRun(ctx, tx, in.WorkflowID); err != nil || runID == "" {
 			return err

@@ -27,6 +27,7 @@ type dbtx interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Begin(ctx context.Context) (pgx.Tx, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Store is the PostgreSQL store.
@@ -65,43 +66,88 @@ func translate(err error) error {
 	return err
 }
 
-// indexPlans is run before a claim, a timer fire or a statement for many
-// writes (manyStmt), in its transaction. Their plans must not depend on
-// statistics. A queue's ready set swings from empty to thousands of rows
-// within a second, and statistics gathered in a quiet moment make the
-// planner expect a few: a claim then read the whole ready set and sorted it
-// (15 ms at 10,000 ready tasks, growing with them) instead of walking the
-// ready index in order and stopping after the limit (0.7 ms). A fire joined
-// its due timers to their runs by scanning the whole runs table, closed runs
-// included; planned for an empty table, a statement for many writes found
-// its activity tasks by scanning the table. Turning off sorts and sequential
-// scans for the one transaction leaves index walks and lookups, whose cost
-// follows the rows taken. JIT goes too: the penalty those settings add to a
-// plan's cost would trigger it, at hundreds of milliseconds a statement.
-// Such a plan does not depend on the values either, so it is planned once
-// per connection (a fire took 0.9 ms to plan, each time) and reused.
+// indexPlans is run in the transaction of every statement an engine runs
+// (see run), before it. Their plans must not depend on statistics. A
+// queue's ready set swings from empty to thousands of rows within a second,
+// and statistics gathered in a quiet moment make the planner expect a few:
+// a claim then read the whole ready set and sorted it (15 ms at 10,000
+// ready tasks, growing with them) instead of walking the ready index in
+// order and stopping after the limit (0.7 ms). A fire joined its due timers
+// to their runs by scanning the whole runs table, closed runs included;
+// planned for an empty table, a statement for many writes found its
+// activity tasks by scanning the table, and a single write or read did the
+// same. Turning off sorts and sequential scans for the one transaction
+// leaves index walks and lookups, whose cost follows the rows taken. JIT
+// goes too: the penalty those settings add to a plan's cost would trigger
+// it, at hundreds of milliseconds a statement. Such a plan does not depend
+// on the values either, so it is planned once per connection (a fire took
+// 0.9 ms to plan, each time) and reused. That plan is still made on the
+// statistics of its moment, so the statements are also written so that a
+// plan made on nearly empty tables stays a lookup per key: a join of keys
+// to a table is a LATERAL subquery, or names the keys again as = ANY (see
+// TestPlansMadeOnEmptyTablesHoldAsTheyGrow in package engine).
 const indexPlans = `SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),
     set_config('plan_cache_mode', 'force_generic_plan', true)`
 
-// queryIndexed runs a statement with the planner held to indexes
-// (indexPlans) and returns its rows, each read by scan. Bound to a
-// caller's transaction, whose settings it must not change, it runs the
-// statement as it is.
-func queryIndexed[T any](ctx context.Context, s *Store, sql string, args namedArgs, scan pgx.RowToFunc[T]) ([]T, error) {
-	if s.db != dbtx(s.pool) {
-		rows, err := s.db.Query(ctx, sql, args)
-		if err != nil {
-			return nil, err
-		}
-		return pgx.CollectRows(rows, scan)
-	}
-	// A batch is one implicit transaction: the settings are local to it.
-	var out []T
+// run runs sql with args, its results handed over by read (one of
+// QueuedQuery's QueryRow, Query or Exec), with the planner held to
+// indexes (indexPlans): on the store's pool as one implicit transaction
+// (the settings are local to it) in one round trip. Bound to a caller's
+// transaction, whose settings it must not change, it runs the statement as
+// it is. Every statement an engine runs in its work goes through it; only
+// the admin reads, which may well scan, do not.
+func (s *Store) run(ctx context.Context, sql string, args []any, read func(*pgx.QueuedQuery)) error {
 	b := &pgx.Batch{}
-	b.Queue(indexPlans)
-	b.Queue(sql, args).Query(func(rows pgx.Rows) (err error) {
+	if s.db == dbtx(s.pool) {
+		b.Queue(indexPlans)
+	}
+	read(b.Queue(sql, args...))
+	return s.db.SendBatch(ctx, b).Close()
+}
+
+// inTx runs fn in a transaction of the store's, with the planner held to
+// indexes for all of it (see run); bound to a caller's transaction, in a
+// savepoint of it, as it is.
+func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if s.db == dbtx(s.pool) {
+			if _, err := tx.Exec(ctx, indexPlans); err != nil {
+				return err
+			}
+		}
+		return fn(tx)
+	})
+}
+
+// queryRow runs a statement that returns one row, read by scan (see run).
+func (s *Store) queryRow(ctx context.Context, sql string, scan func(pgx.Row) error, args ...any) error {
+	return s.run(ctx, sql, args, func(q *pgx.QueuedQuery) { q.QueryRow(scan) })
+}
+
+// query runs a statement and hands its rows to each (see run).
+func (s *Store) query(ctx context.Context, sql string, each func(pgx.Rows) error, args ...any) error {
+	return s.run(ctx, sql, args, func(q *pgx.QueuedQuery) { q.Query(each) })
+}
+
+// scanInto reads a row into dest.
+func scanInto(dest ...any) func(pgx.Row) error {
+	return func(row pgx.Row) error { return row.Scan(dest...) }
+}
+
+// exec runs a statement for its command tag (see run).
+func (s *Store) exec(ctx context.Context, sql string, args ...any) (tag pgconn.CommandTag, err error) {
+	err = s.run(ctx, sql, args, func(q *pgx.QueuedQuery) {
+		q.Exec(func(t pgconn.CommandTag) error { tag = t; return nil })
+	})
+	return tag, err
+}
+
+// queryIndexed runs a statement and returns its rows, each read by scan
+// (see run).
+func queryIndexed[T any](ctx context.Context, s *Store, sql string, args namedArgs, scan pgx.RowToFunc[T]) (out []T, err error) {
+	err = s.query(ctx, sql, func(rows pgx.Rows) (err error) {
 		out, err = pgx.CollectRows(rows, scan)
 		return err
-	})
-	return out, s.pool.SendBatch(ctx, b).Close()
+	}, args)
+	return out, err
 }

@@ -27,6 +27,7 @@ UPDATE durable_workflow_tasks t
 SET locked_by = @worker, locked_until = @until, run_after = @until, token = nextval('durable_task_token')
 FROM c, durable_runs r
 WHERE t.run_id = c.run_id AND r.run_id = t.run_id
+    AND t.run_id = ANY(ARRAY(SELECT run_id FROM c)) AND r.run_id = ANY(ARRAY(SELECT run_id FROM c))
 RETURNING t.run_id::text, r.workflow_id, r.workflow_type, t.queue, t.token, r.processed_event_id, t.attempts,
     coalesce(r.trace_context, ''), coalesce(r.parent_run_id::text, '')`
 
@@ -262,24 +263,26 @@ WITH inp AS (
     SELECT * FROM unnest(@run_id::uuid[], @token::bigint[], @processed::bigint[], @now::timestamptz[], @n_events::int[])
         WITH ORDINALITY AS i(run_id, token, processed, now, n, ix)
 ), lock AS (
-    SELECT i.ix, t.run_id FROM inp i JOIN durable_workflow_tasks t ON t.run_id = i.run_id AND t.token = i.token
-    ORDER BY i.ix
-    FOR UPDATE OF t
+    SELECT i.ix, t.run_id FROM (SELECT * FROM inp ORDER BY ix) i
+    CROSS JOIN LATERAL (
+        SELECT t.run_id FROM durable_workflow_tasks t WHERE t.run_id = i.run_id AND t.token = i.token
+        FOR UPDATE
+    ) t
 ), run AS (
     UPDATE durable_runs r
     SET next_event_id = r.next_event_id + i.n, processed_event_id = i.processed, updated_at = i.now
     FROM lock JOIN inp i ON i.ix = lock.ix
-    WHERE r.run_id = lock.run_id AND ` + runOpen + `
+    WHERE r.run_id = lock.run_id AND ` + runOpen + ` AND r.run_id = ANY(@run_id::uuid[])
     RETURNING i.ix, r.run_id, r.queue, r.next_event_id - i.n AS first_id, i.now, i.processed
 ` + manyEventsCTE + manyActivitiesCTE + `), del AS (
     DELETE FROM durable_workflow_tasks t USING run
-    WHERE t.run_id = run.run_id AND run.first_id = run.processed + 1
+    WHERE t.run_id = run.run_id AND run.first_id = run.processed + 1 AND t.run_id = ANY(@run_id::uuid[])
 ), rel AS (
     UPDATE durable_workflow_tasks t
     SET locked_by = NULL, locked_until = NULL, run_after = run.now, attempts = 0, last_error = NULL,
         token = nextval('durable_task_token')
     FROM run
-    WHERE t.run_id = run.run_id AND run.first_id <> run.processed + 1
+    WHERE t.run_id = run.run_id AND run.first_id <> run.processed + 1 AND t.run_id = ANY(@run_id::uuid[])
     RETURNING t.run_id, t.queue
 )
 SELECT i.ix, (SELECT count(*) FROM run WHERE run.ix = i.ix), (SELECT first_id FROM run WHERE run.ix = i.ix),` +
@@ -352,7 +355,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 	}
 	if len(in.Children) > 0 || (in.Close != nil && (in.ParentRunID != "" || in.CloseChildren)) {
 		// Children and parents: more than one statement, in one transaction.
-		err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		err = s.inTx(ctx, func(tx pgx.Tx) error {
 			if err := lockParentFirst(ctx, tx, in); err != nil {
 				return err
 			}
@@ -423,7 +426,7 @@ WHERE run_id = @run_id AND token = @token`
 
 // FailWorkflowTask implements store.Store.
 func (s *Store) FailWorkflowTask(ctx context.Context, in store.FailWorkflowTaskParams) error {
-	tag, err := s.db.Exec(ctx, failWorkflowTaskSQL, namedArgs{
+	tag, err := s.exec(ctx, failWorkflowTaskSQL, namedArgs{
 		"run_id": in.RunID, "token": in.Token, "run_after": in.RunAfter, "error": in.Error,
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -25,12 +26,13 @@ WITH due AS (
     LIMIT @limit
 ), locked AS (
     SELECT r.run_id FROM durable_runs r
-    WHERE r.run_id IN (SELECT run_id FROM due)
+    WHERE r.run_id = ANY(ARRAY(SELECT run_id FROM due))
     FOR UPDATE SKIP LOCKED
 ), del AS (
     DELETE FROM durable_timers t
     USING due, locked
     WHERE t.run_id = due.run_id AND t.seq = due.seq AND locked.run_id = due.run_id
+        AND t.run_id = ANY(ARRAY(SELECT run_id FROM locked))
     RETURNING t.run_id, t.seq, t.fire_at
 ), per_run AS (
     SELECT run_id, count(*) AS n FROM del GROUP BY run_id
@@ -38,7 +40,7 @@ WITH due AS (
     UPDATE durable_runs r
     SET next_event_id = r.next_event_id + per_run.n, updated_at = @now
     FROM per_run
-    WHERE r.run_id = per_run.run_id AND ` + runOpen + `
+    WHERE r.run_id = per_run.run_id AND ` + runOpen + ` AND r.run_id = ANY(ARRAY(SELECT run_id FROM per_run))
     RETURNING r.run_id, r.workflow_id, r.workflow_type, r.queue, r.processed_event_id, r.parent_run_id,
         r.next_event_id - per_run.n AS first_id, r.trace_context
 ), ev AS (
@@ -148,13 +150,15 @@ func (s *Store) NextTimer(ctx context.Context) (time.Time, bool, error) {
 
 // NextTimerSkipping is NextTimer without the timers of the runs in skip.
 func (s *Store) NextTimerSkipping(ctx context.Context, skip []string) (time.Time, bool, error) {
-	var t *time.Time
-	err := s.db.QueryRow(ctx, `SELECT min(fire_at) FROM durable_timers WHERE run_id <> ALL($1::uuid[])`, uuidArray(skip)).Scan(&t)
-	if err != nil {
+	var t time.Time
+	// By the fire_at index in order (see nextWorkflowDueSQL).
+	err := s.queryRow(ctx, `SELECT fire_at FROM durable_timers WHERE run_id <> ALL($1::uuid[]) ORDER BY fire_at LIMIT 1`,
+		scanInto(&t), uuidArray(skip))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return time.Time{}, false, nil
+	case err != nil:
 		return time.Time{}, false, fmt.Errorf("next timer: %w", err)
 	}
-	if t == nil {
-		return time.Time{}, false, nil
-	}
-	return *t, true, nil
+	return t, true, nil
 }
