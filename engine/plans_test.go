@@ -49,7 +49,9 @@ func TestPlansMadeOnEmptyTablesHoldAsTheyGrow(t *testing.T) {
 	t.Parallel()
 	ctx := resultCtx(t)
 	admin, url := pgtest.PoolURL(t)
-	_, err := admin.Exec(ctx, `VACUUM ANALYZE durable_runs, durable_events, durable_workflow_tasks, durable_activity_tasks, durable_timers`)
+	_, err := admin.Exec(ctx, `LOAD 'auto_explain'`)
+	require.NoError(t, err, "this test reads plans through auto_explain: it needs PostgreSQL's contrib modules and a superuser")
+	_, err = admin.Exec(ctx, `VACUUM ANALYZE durable_runs, durable_events, durable_workflow_tasks, durable_activity_tasks, durable_timers`)
 	require.NoError(t, err)
 
 	var (
