@@ -180,9 +180,8 @@ func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityPar
 	if _, ok := in.Event.(history.ActivityCompleted); ok {
 		sql = completeActivitySQL
 	}
-	err = s.writeRow(ctx, in.RunID, sql, args, func(row pgx.Row) error {
-		return row.Scan(&deleted, &queue, &claimed, &wt.Token, &wt.RunID, &wt.WorkflowID, &wt.WorkflowType, &wt.ProcessedEventID, &eventID, &wt.TraceContext, &wt.ParentRunID)
-	})
+	err = s.writeRow(ctx, in.RunID, sql, args, scanInto(&deleted, &queue, &claimed, &wt.Token, &wt.RunID, &wt.WorkflowID,
+		&wt.WorkflowType, &wt.ProcessedEventID, &eventID, &wt.TraceContext, &wt.ParentRunID))
 	if err != nil {
 		return ready, fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)
 	}

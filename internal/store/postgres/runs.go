@@ -155,7 +155,7 @@ func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.
 		"now":           in.Now,
 		"event_type":    started.EventType(),
 		"event":         string(attrs),
-	}, func(row pgx.Row) error { return row.Scan(&n, &notes, &token) })
+	}, scanInto(&n, &notes, &token))
 	if err != nil {
 		return store.Run{}, fmt.Errorf("create run: %w", translate(err))
 	}
@@ -216,9 +216,8 @@ func (s *Store) createRunFirst(ctx context.Context, in store.CreateRunParams, ev
 		claimed claimedActivities
 	)
 	// Under load, eager starts share transactions like steps (group commit).
-	err = s.queryRowMany(ctx, in.RunID, createRunFirstSQL, createRunFirstMany, args, func(row pgx.Row) error {
-		return row.Scan(&n, &ready.ActivityQueues, &claimed, &ready.TimerAt)
-	})
+	err = s.queryRowMany(ctx, in.RunID, createRunFirstSQL, createRunFirstMany, args,
+		scanInto(&n, &ready.ActivityQueues, &claimed, &ready.TimerAt))
 	if err != nil {
 		return store.Run{}, fmt.Errorf("create run: %w", translate(err))
 	}

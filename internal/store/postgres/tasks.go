@@ -350,9 +350,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 		claimed  claimedActivities
 		first    *int64
 	)
-	scan := func(row pgx.Row) error {
-		return row.Scan(&ok, &first, &ready.ActivityQueues, &claimed, &released, &ready.TimerAt, &ready.CloseWaiter)
-	}
+	scan := scanInto(&ok, &first, &ready.ActivityQueues, &claimed, &released, &ready.TimerAt, &ready.CloseWaiter)
 	if len(in.Children) > 0 || (in.Close != nil && (in.ParentRunID != "" || in.CloseChildren)) {
 		// Children and parents: more than one statement, in one transaction.
 		err = s.inTx(ctx, func(tx pgx.Tx) error {
