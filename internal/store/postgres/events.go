@@ -37,18 +37,23 @@ ORDER BY durable_events.run_id, event_id`
 // fails the whole read (the caller can read run by run to find it).
 func (s *Store) ListEventsOfRuns(ctx context.Context, runIDs []string) (map[string][]history.Event, error) {
 	byRun := make(map[string][]history.Event, len(runIDs))
+	var undecodable error // names its run, as it is
 	err := s.query(ctx, listEventsOfRunsSQL, func(rows pgx.Rows) error {
 		for rows.Next() {
 			var runID string
 			ev, err := scanEvent(rows, &runID)
 			if err != nil {
-				return fmt.Errorf("list events of run %s: %w", runID, err)
+				undecodable = fmt.Errorf("list events of run %s: %w", runID, err)
+				return undecodable
 			}
 			byRun[runID] = append(byRun[runID], ev)
 		}
 		return rows.Err()
 	}, uuidArray(runIDs))
-	if err != nil {
+	switch {
+	case undecodable != nil:
+		return nil, undecodable
+	case err != nil:
 		return nil, fmt.Errorf("list events of %d runs: %w", len(runIDs), err)
 	}
 	return byRun, nil

@@ -58,6 +58,10 @@ func hold[T any](t *testing.T, s *Store, b *batch.Batcher[T]) func(n int) int {
 	}
 }
 
+// IndexPlans are the planner settings every engine statement runs with,
+// local to its transaction.
+const IndexPlans = indexPlans
+
 // ClaimActivityStatement returns the statement ClaimActivityTasks runs for
 // in, with positional parameters, and its arguments.
 func ClaimActivityStatement(in store.ClaimParams) (sql string, args []any, err error) {

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/internal/pgtest"
@@ -28,22 +30,26 @@ func TestClaimPlannedOnAnEmptyTableLooksUpItsPreferredTasks(t *testing.T) {
 	defer conn.Release()
 	_, err = conn.Exec(ctx, `VACUUM ANALYZE durable_activity_tasks`)
 	require.NoError(t, err)
-	// indexPlans, for the session rather than one transaction.
-	_, err = conn.Exec(ctx, `SET enable_sort = off; SET enable_seqscan = off; SET jit = off; SET plan_cache_mode = force_generic_plan`)
-	require.NoError(t, err)
 
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	in := store.ClaimParams{Queue: "q", Now: now, Limit: 10, WorkerID: "w", PreferEarly: time.Second}
-	prepare := func() []any {
+	// claim runs the claim as the store does, in a transaction with the
+	// store's planner settings, and leaves the transaction open.
+	claim := func() (pgx.Tx, pgconn.CommandTag) {
 		sql, args, err := postgres.ClaimActivityStatement(in)
 		require.NoError(t, err)
-		if _, err := conn.Conn().Prepare(ctx, "claim", sql); err != nil {
-			require.NoError(t, err)
-		}
-		return args
+		_, err = conn.Conn().Prepare(ctx, "claim", sql) // once: the same name and SQL again is a no-op
+		require.NoError(t, err)
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, postgres.IndexPlans)
+		require.NoError(t, err)
+		tag, err := tx.Exec(ctx, "claim", args...)
+		require.NoError(t, err)
+		return tx, tag
 	}
-	_, err = conn.Exec(ctx, "claim", prepare()...) // planned now, on the empty table
-	require.NoError(t, err)
+	tx, tag := claim() // planned now, on the empty table
+	require.NoError(t, tx.Commit(ctx))
 
 	const others = 5000 // claimed by other workers: not ready
 	_, err = conn.Exec(ctx, `INSERT INTO durable_activity_tasks (run_id, seq, activity, queue, input, idempotency_key,
@@ -65,13 +71,10 @@ func TestClaimPlannedOnAnEmptyTableLooksUpItsPreferredTasks(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 
-	// In one transaction, so that the transaction's statistics count the
-	// claim's index reads alone.
-	tx, err := conn.Begin(ctx)
-	require.NoError(t, err)
+	// The plan made on the empty table; the transaction's statistics count
+	// the claim's index reads alone.
+	tx, tag = claim()
 	defer tx.Rollback(ctx)
-	tag, err := tx.Exec(ctx, "claim", prepare()...) // the plan made on the empty table
-	require.NoError(t, err)
 	require.EqualValues(t, 10, tag.RowsAffected(), "the claim takes the ten preferred tasks")
 	var read int
 	require.NoError(t, tx.QueryRow(ctx, `SELECT sum(pg_stat_get_xact_tuples_returned(indexrelid))::int

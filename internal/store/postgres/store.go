@@ -95,7 +95,8 @@ const indexPlans = `SELECT set_config('enable_sort', 'off', true), set_config('e
 // (the settings are local to it) in one round trip. Bound to a caller's
 // transaction, whose settings it must not change, it runs the statement as
 // it is. Every statement an engine runs in its work goes through it; only
-// the admin reads, which may well scan, do not.
+// those that scan by nature do not: the admin reads, and the releases of a
+// stopping worker's claims.
 func (s *Store) run(ctx context.Context, sql string, args []any, read func(*pgx.QueuedQuery)) error {
 	b := &pgx.Batch{}
 	if s.db == dbtx(s.pool) {
@@ -106,17 +107,14 @@ func (s *Store) run(ctx context.Context, sql string, args []any, read func(*pgx.
 }
 
 // inTx runs fn in a transaction of the store's, with the planner held to
-// indexes for all of it (see run); bound to a caller's transaction, in a
-// savepoint of it, as it is.
+// indexes for all of it (see run): the settings go with BEGIN, in its round
+// trip. Bound to a caller's transaction, it runs fn in a savepoint of it,
+// as it is.
 func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if s.db == dbtx(s.pool) {
-			if _, err := tx.Exec(ctx, indexPlans); err != nil {
-				return err
-			}
-		}
-		return fn(tx)
-	})
+	if s.db != dbtx(s.pool) {
+		return pgx.BeginFunc(ctx, s.db, fn)
+	}
+	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: "BEGIN; " + indexPlans}, fn)
 }
 
 // queryRow runs a statement that returns one row, read by scan (see run).
