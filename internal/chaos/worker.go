@@ -172,6 +172,12 @@ type worker struct {
 	exited   chan struct{}
 	expected bool // the driver ended it: its exit is no surprise
 	paused   bool
+	// resumed is when the process was last resumed after a pause: the
+	// kills that skip paused processes leave it alone for resumedGrace
+	// after that too, so that it makes the writes its claims no longer
+	// cover (and fencing refuses). Killed at once, as a loaded machine
+	// made likely, it made none, and a short run saw no stale write.
+	resumed time.Time
 	// surprise is called when a process exits without the driver ending
 	// it: the engine crashed.
 	surprise func(slot, pid int, err error)
@@ -202,7 +208,7 @@ func (w *worker) start() error {
 		return fmt.Errorf("worker %d: start %s: %w", w.slot, w.cmdPath, err)
 	}
 	exited := make(chan struct{})
-	w.cmd, w.pid, w.stdin, w.exited, w.expected, w.paused = cmd, cmd.Process.Pid, stdin, exited, false, false
+	w.cmd, w.pid, w.stdin, w.exited, w.expected, w.paused, w.resumed = cmd, cmd.Process.Pid, stdin, exited, false, false, time.Time{}
 	go func() {
 		err := cmd.Wait()
 		w.mu.Lock()
@@ -227,12 +233,17 @@ func (w *worker) current() (pid int, paused bool) {
 	return w.pid, w.paused
 }
 
+// resumedGrace is how long after a resume a process is not killed by the
+// faults that leave paused processes alone.
+const resumedGrace = 3 * time.Second
+
 // kill SIGKILLs the running process and waits for it to exit. It returns
 // the pid it killed, or 0 if none ran, another caller is ending it, or it
-// is paused and skipPaused says to leave it alone.
+// is paused (or was resumed within resumedGrace) and skipPaused says to
+// leave it alone.
 func (w *worker) kill(skipPaused bool) int {
 	w.mu.Lock()
-	if w.cmd == nil || w.expected || (skipPaused && w.paused) {
+	if w.cmd == nil || w.expected || (skipPaused && (w.paused || time.Since(w.resumed) < resumedGrace)) {
 		w.mu.Unlock()
 		return 0
 	}
@@ -265,7 +276,7 @@ func (w *worker) resume(pid int) {
 	defer w.mu.Unlock()
 	if w.pid == pid && w.paused {
 		_ = syscall.Kill(-pid, syscall.SIGCONT)
-		w.paused = false
+		w.paused, w.resumed = false, time.Now()
 	}
 }
 
