@@ -153,10 +153,11 @@ func warmUp(ctx context.Context, e *engine.Engine) error {
 	return nil
 }
 
-// newEngine returns an engine with default options on pool, with the
-// workloads' workflows and activities registered. It does not run.
-func newEngine(pool *pgxpool.Pool, log *slog.Logger) (*engine.Engine, error) {
-	e, err := engine.New(pool, engine.Options{Logger: log})
+// newEngine returns an engine with default options on pool (but for its
+// cache size, -cache), with the workloads' workflows and activities
+// registered. It does not run.
+func newEngine(pool *pgxpool.Pool, log *slog.Logger, cacheSize int) (*engine.Engine, error) {
+	e, err := engine.New(pool, engine.Options{Logger: log, CacheSize: cacheSize})
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +183,7 @@ func (b *bench) startEngine(ctx context.Context, extra ...func(*engine.Engine) e
 	if err != nil {
 		return nil, err
 	}
-	e, err := newEngine(pool, b.log)
+	e, err := newEngine(pool, b.log, b.cfg.cache)
 	for _, reg := range extra {
 		if err == nil {
 			err = reg(e)

@@ -81,6 +81,7 @@ type config struct {
 	idle       int           // W5
 	procs      []int         // W6
 	conns      int
+	cache      int // each engine's Options.CacheSize; 0 is the engine's default
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -101,6 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.idle, "idle", 10_000, "W5: runs left asleep (the issue asks for 100,000: pass -idle 100000)")
 	procs := fs.String("procs", "1,2,4", "W6: engine process counts")
 	fs.IntVar(&c.conns, "conns", 20, "database connections per engine process (W6 caps its workers' total at 48)")
+	fs.IntVar(&c.cache, "cache", 0, "live runs each engine keeps in its workflow cache (engine.Options.CacheSize; 0: the engine's default, 10,000)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -147,6 +149,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		if v < 1 {
 			return c, fmt.Errorf("-%s must be at least 1", name)
 		}
+	}
+	if c.cache < 0 {
+		return c, fmt.Errorf("-cache must not be negative (0 keeps the engine's default)")
 	}
 	if c.events < 4 || c.events%2 != 0 {
 		return c, errors.New("-events must be even and at least 4: a started and a completed event around pairs of scheduled and completed")

@@ -138,7 +138,12 @@ func TestParseFlags(t *testing.T) {
 			require.Equal(t, 2000, c.workflows)
 			require.Equal(t, []int{1, 2, 4}, c.procs)
 			require.Equal(t, 2*time.Second, c.sleep)
+			require.Zero(t, c.cache, "0 keeps the engine's default cache size")
 		}},
+		{name: "cache", args: []string{"-cache", "40000"}, check: func(t *testing.T, c config) {
+			require.Equal(t, 40000, c.cache)
+		}},
+		{name: "negative cache", args: []string{"-cache", "-1"}, wantErr: "-cache must not be negative"},
 		{name: "short", args: []string{"-short"}, check: func(t *testing.T, c config) {
 			require.Equal(t, 50, c.workflows)
 			require.Equal(t, 200*time.Millisecond, c.sleep)

@@ -36,6 +36,7 @@ func runWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	fs.SetOutput(stderr)
 	dbName := fs.String("dbname", "", "database to run in (the server comes from $"+workerDBEnv+")")
 	conns := fs.Int("conns", 20, "pool size")
+	cache := fs.Int("cache", 0, "workflow cache size (0: the engine's default)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -56,7 +57,7 @@ func runWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	}
 	defer pool.Close()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	e, err := newEngine(pool, log)
+	e, err := newEngine(pool, log, *cache)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -100,7 +101,7 @@ func (b *bench) startWorkers(ctx context.Context, n, conns int) (*workers, error
 	}
 	w := &workers{}
 	for range n {
-		cmd := exec.Command(exe, workerCommand, "-dbname", b.dbName, "-conns", strconv.Itoa(conns))
+		cmd := exec.Command(exe, workerCommand, "-dbname", b.dbName, "-conns", strconv.Itoa(conns), "-cache", strconv.Itoa(b.cfg.cache))
 		cmd.Env = append(os.Environ(), workerDBEnv+"="+b.conn)
 		stdin, err := cmd.StdinPipe()
 		if err != nil {

@@ -250,7 +250,7 @@ func (b *bench) client(ctx context.Context) (*engine.Engine, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := newEngine(pool, b.log)
+	e, err := newEngine(pool, b.log, b.cfg.cache)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
