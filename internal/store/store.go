@@ -550,6 +550,11 @@ type Store interface {
 	// announced to them. It reports false, changing nothing, if the run is
 	// not running (closed, or there is no such run).
 	WatchRun(ctx context.Context, runID string) (bool, error)
+	// NotRunning returns those of runIDs that name no running run: runs
+	// that have closed, and IDs of no run (a string that is not a run ID
+	// among them). It is Result's backstop for closes whose notification
+	// was lost: one statement for every run an engine waits on.
+	NotRunning(ctx context.Context, runIDs []string) ([]string, error)
 	// ListEvents returns the run's events with IDs above afterID, in order.
 	ListEvents(ctx context.Context, runID string, afterID int64) ([]history.Event, error)
 

@@ -56,6 +56,35 @@ type runReadResult struct {
 
 const getRunsSQL = `SELECT ` + runColumns + ` WHERE r.run_id = ANY(@ids::uuid[])`
 
+// notRunningSQL finds, among the IDs, those of no running run: a primary
+// key lookup each. A plan made on an empty table would otherwise walk
+// every running run, for each ID (through durable_runs_status) or once (an
+// anti-join): hence LATERAL, and runOpen.
+const notRunningSQL = `
+SELECT i.id::text FROM unnest(@ids::uuid[]) AS i(id)
+LEFT JOIN LATERAL (
+    SELECT true AS running FROM durable_runs r WHERE r.run_id = i.id AND ` + runOpen + ` LIMIT 1
+) r ON true
+WHERE r.running IS NULL`
+
+// NotRunning implements store.Store. A string that is not a UUID names no
+// run: it is returned without asking.
+func (s *Store) NotRunning(ctx context.Context, runIDs []string) ([]string, error) {
+	ids, gone := parseUUIDs(runIDs)
+	if len(ids) == 0 {
+		return gone, nil
+	}
+	err := s.query(ctx, notRunningSQL, func(rows pgx.Rows) error {
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		gone = append(gone, ids...)
+		return err
+	}, namedArgs{"ids": ids})
+	if err != nil {
+		return nil, fmt.Errorf("find runs not running: %w", err)
+	}
+	return gone, nil
+}
+
 // GetRun implements store.Store.
 func (s *Store) GetRun(ctx context.Context, runID string) (store.Run, error) {
 	if s.reads == nil || s.db != dbtx(s.pool) {

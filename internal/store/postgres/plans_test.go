@@ -81,3 +81,59 @@ func TestClaimPlannedOnAnEmptyTableLooksUpItsPreferredTasks(t *testing.T) {
         FROM pg_index WHERE indrelid = 'durable_activity_tasks'::regclass`).Scan(&read))
 	require.Less(t, read, 200, "index entries read to claim 10 of %d tasks: the claim walked an index", others+10)
 }
+
+// TestNotRunningPlannedOnAnEmptyTableLooksUpEachRun: Result's backstop,
+// planned while the runs table was empty and run once it holds thousands of
+// running runs, looks each run up by its key. Planned naively, it walked
+// every running run through durable_runs_status, for each ID asked about.
+func TestNotRunningPlannedOnAnEmptyTableLooksUpEachRun(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	s := postgres.New(pool)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `VACUUM ANALYZE durable_runs`)
+	require.NoError(t, err)
+	// notRunning asks as the store does, with its planner settings, in a
+	// transaction it leaves open (the same connection keeps the plan).
+	notRunning := func(ids []string) ([]string, pgx.Tx) {
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, postgres.IndexPlans)
+		require.NoError(t, err)
+		gone, err := s.WithTx(tx).NotRunning(ctx, ids)
+		require.NoError(t, err)
+		return gone, tx
+	}
+	gone, tx := notRunning([]string{"00000000-0000-0000-0000-000000000001"}) // planned now, on the empty table
+	require.Len(t, gone, 1)
+	require.NoError(t, tx.Commit(ctx))
+
+	const others = 5000 // running runs nobody asks about
+	insert := func(n int, status string) []string {
+		rows, err := conn.Query(ctx, `INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input,
+                created_at, updated_at, closed_at)
+            SELECT gen_random_uuid(), gen_random_uuid()::text, 'W', 'q', $2, '0', now(), now(),
+                CASE WHEN $2 = 'running' THEN NULL ELSE now() END
+            FROM generate_series(1, $1::int) g
+            RETURNING run_id::text`, n, status)
+		require.NoError(t, err)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return ids
+	}
+	insert(others, "running")
+	running, closed := insert(5, "running"), insert(5, "completed")
+
+	// The plan made on the empty table; the transaction's statistics count
+	// this statement's index reads alone.
+	gone, tx = notRunning(append(running, closed...))
+	defer tx.Rollback(ctx)
+	require.ElementsMatch(t, closed, gone)
+	var read int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT sum(pg_stat_get_xact_tuples_returned(indexrelid))::int
+        FROM pg_index WHERE indrelid = 'durable_runs'::regclass`).Scan(&read))
+	require.Less(t, read, 100, "index entries read to ask about 10 of %d running runs: it walked an index", others+5)
+}

@@ -13,13 +13,24 @@ import (
 // those through their driver.Valuer, as strings). An ID that is not a UUID
 // leaves the array as text, for Postgres to report.
 func uuidArray(ids []string) any {
-	out := make([]pgtype.UUID, len(ids))
-	for i, id := range ids {
-		u, err := uuid.Parse(id)
-		if err != nil {
-			return arrayArg(ids)
-		}
-		out[i] = pgtype.UUID{Bytes: u, Valid: true}
+	out, bad := parseUUIDs(ids)
+	if len(bad) > 0 {
+		return arrayArg(ids)
 	}
 	return out
+}
+
+// parseUUIDs splits ids into the UUIDs, in order, and the strings that are
+// not UUIDs.
+func parseUUIDs(ids []string) (out []pgtype.UUID, bad []string) {
+	out = make([]pgtype.UUID, 0, len(ids))
+	for _, id := range ids {
+		u, err := uuid.Parse(id)
+		if err != nil {
+			bad = append(bad, id)
+			continue
+		}
+		out = append(out, pgtype.UUID{Bytes: u, Valid: true})
+	}
+	return out, bad
 }

@@ -279,3 +279,22 @@ func testRunWaiterSaysWhoWaitsForTheClose(t *testing.T, b *bundle) {
 	require.Equal(t, fused.RunID, ready.ClosedRun)
 	require.Equal(t, "*", ready.CloseWaiter)
 }
+
+func testNotRunningNamesClosedAndUnknownRuns(t *testing.T, b *bundle) {
+	closed := b.createRun(t, "closed", wfQueue)
+	b.closeRun(t, closed, b.now)
+	open := b.createRun(t, "open", wfQueue)
+	unknown := uuid.NewString()
+
+	gone, err := b.s.NotRunning(b.ctx, []string{open.RunID, closed.RunID, unknown, "not-a-run-id"})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{closed.RunID, unknown, "not-a-run-id"}, gone)
+
+	gone, err = b.s.NotRunning(b.ctx, []string{open.RunID})
+	require.NoError(t, err)
+	require.Empty(t, gone, "a running run is running")
+
+	gone, err = b.s.NotRunning(b.ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, gone)
+}

@@ -54,6 +54,7 @@ var cases = []struct {
 	{"CreateRunClaimAsHandsOffFirstTask", testCreateRunClaimAsHandsOffFirstTask},
 	{"CreateRunWithFirstTaskRecordsItsCommands", testCreateRunWithFirstTaskRecordsItsCommands},
 	{"RunWaiterSaysWhoWaitsForTheClose", testRunWaiterSaysWhoWaitsForTheClose},
+	{"NotRunningNamesClosedAndUnknownRuns", testNotRunningNamesClosedAndUnknownRuns},
 
 	// workflowtasks.go
 	{"ClaimSkipsLockedTask", testClaimSkipsLockedTask},
