@@ -25,6 +25,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,7 +82,8 @@ type config struct {
 	idle       int           // W5
 	procs      []int         // W6
 	conns      int
-	cache      int // each engine's Options.CacheSize; 0 is the engine's default
+	cache      int    // each engine's Options.CacheSize; 0 is the engine's default
+	cpuProfile string // file for the driver process's CPU profile, if set
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -102,6 +104,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.idle, "idle", 10_000, "W5: runs left asleep (the issue asks for 100,000: pass -idle 100000)")
 	procs := fs.String("procs", "1,2,4", "W6: engine process counts")
 	fs.IntVar(&c.conns, "conns", 20, "database connections per engine process (W6 caps its workers' total at 48)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the CPU profile of the driver's process (its engines, not W6's workers) while the workloads run to this file, for go tool pprof")
 	fs.IntVar(&c.cache, "cache", 0, "live runs each engine keeps in its workflow cache (engine.Options.CacheSize; 0: the engine's default, 10,000)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -178,6 +181,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	defer func() { err = errors.Join(err, b.close()) }()
+	if c.cpuProfile != "" {
+		stop, err := startCPUProfile(c.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, stop()) }()
+	}
 
 	steps := map[string]func(context.Context) (result, error){
 		"W1": b.w1, "W2": b.w2, "W3": b.w3, "W4": b.w4, "W5": b.w5, "W6": b.w6,
@@ -223,4 +233,20 @@ func printTable(w io.Writer, results []result) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// startCPUProfile profiles this process's CPU into the file at path until
+// the returned function is called.
+func startCPUProfile(path string) (stop func() error, err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return nil, errors.Join(fmt.Errorf("-cpuprofile: %w", err), f.Close())
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }

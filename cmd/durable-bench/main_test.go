@@ -143,6 +143,9 @@ func TestParseFlags(t *testing.T) {
 		{name: "cache", args: []string{"-cache", "40000"}, check: func(t *testing.T, c config) {
 			require.Equal(t, 40000, c.cache)
 		}},
+		{name: "cpu profile", args: []string{"-cpuprofile", "w1.prof"}, check: func(t *testing.T, c config) {
+			require.Equal(t, "w1.prof", c.cpuProfile)
+		}},
 		{name: "negative cache", args: []string{"-cache", "-1"}, wantErr: "-cache must not be negative"},
 		{name: "short", args: []string{"-short"}, check: func(t *testing.T, c config) {
 			require.Equal(t, 50, c.workflows)
