@@ -86,12 +86,15 @@
 //
 // [Run.Result] waits until the run closes and returns its typed result, or a
 // *[WorkflowError] if it failed. It waits on a notification (the engine
-// LISTENs for it, even in a process that never calls Run), re-reading the
-// run every [Options].PollInterval as a backstop. A running engine remembers
-// the runs it saw close in the last two seconds (here, with their outcome,
-// or elsewhere, by notification), so Result called within two seconds of
-// the Start that created the run on it does not read the run first: a run
-// that closes in this process hands Result its outcome without a query. [Run.Describe] returns the
+// LISTENs for it, even in a process that never calls Run). As a backstop,
+// for a close whose notification was lost, the engine asks every
+// [Options].PollInterval which of the runs its Result calls wait for have
+// closed: one statement for all of them, however many there are. A running
+// engine remembers the runs it saw close in the last two seconds (here,
+// with their outcome, or elsewhere, by notification), so Result called
+// within two seconds of the Start that created the run on it does not read
+// the run first: a run that closes in this process hands Result its outcome
+// without a query. [Run.Describe] returns the
 // run's state ([RunInfo]), including the error of a workflow task that is
 // being retried, and [Run.History] its events. [GetRun], [Engine.Describe] and
 // [Engine.History] find the newest run of a workflow ID.

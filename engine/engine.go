@@ -45,7 +45,9 @@ type Options struct {
 	// another worker may take the task. Default 30s.
 	WorkflowTaskLease time.Duration
 	// PollInterval is the backstop poll, for when a notification is missed.
-	// Work is normally picked up through LISTEN/NOTIFY. Default 5s.
+	// Work is normally picked up through LISTEN/NOTIFY. Result's waiters
+	// share one backstop per engine: every PollInterval, one statement asks
+	// which of the runs they wait for have closed. Default 5s.
 	PollInterval time.Duration
 	// ShutdownTimeout bounds how long Run waits, after its context is done,
 	// for running activities to finish before cancelling them. Default 30s.
@@ -246,6 +248,10 @@ func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
 	}
 	e.store = withCodec(e.store, opts.Codec, e.log)
 	e.hub = newHub(pool, e.log)
+	e.hub.backstop = func(ctx context.Context, runIDs []string) ([]string, error) {
+		return e.store.NotRunning(ctx, runIDs)
+	}
+	e.hub.backstopEvery = opts.PollInterval
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if opts.SkipMigrate {

@@ -99,7 +99,18 @@ type hub struct {
 
 	gap  time.Duration  // the least time between two busy sends: notifyGap
 	sent func([]string) // for tests: called with each send's keys, before it
+
+	// backstop says which of the runs waited on here are not running, for
+	// closes whose notification was lost; nil: no backstop (hub tests).
+	// It runs every backstopEvery, and at once after a gap in the LISTEN
+	// (recheck). See backstopLoop.
+	backstop      func(ctx context.Context, runIDs []string) ([]string, error)
+	backstopEvery time.Duration
+	recheck       chan struct{}
 }
+
+// backstopChunk is the most runs one backstop statement asks about.
+const backstopChunk = 10_000
 
 // closeMemory is how long the hub remembers that a run closed.
 const closeMemory = 2 * time.Second
@@ -182,7 +193,7 @@ func newHub(pool *pgxpool.Pool, log *slog.Logger) *hub {
 		wakes: map[string][]*waker{}, waiters: map[string]map[chan struct{}]struct{}{},
 		closes:  map[string]map[chan *store.CloseRun]struct{}{},
 		pending: map[string]bool{}, flush: make(chan struct{}, 1),
-		recent: map[string]*store.CloseRun{}, gap: notifyGap,
+		recent: map[string]*store.CloseRun{}, gap: notifyGap, recheck: make(chan struct{}, 1),
 	}
 }
 
@@ -199,11 +210,13 @@ func (h *hub) acquire() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan struct{})
 	ready := make(chan struct{})
-	flushed := make(chan struct{})
+	flushed, checked := make(chan struct{}), make(chan struct{})
 	go h.sendLoop(ctx, flushed)
+	go h.backstopLoop(ctx, checked)
 	go func() {
 		h.listen(ctx, ready)
 		<-flushed
+		<-checked
 		close(h.done)
 	}()
 	select {
@@ -482,7 +495,9 @@ const sendNotificationsSQL = `
 SELECT count(pg_notify('` + postgres.NotifyChannel + `', k))
 FROM set_config('synchronous_commit', 'off', true), unnest($1::text[]) AS k`
 
-// wakeAll signals everyone: after a reconnect, notifications may have been lost.
+// wakeAll signals everyone: after a reconnect, notifications may have been
+// lost. Result waiters learn through the backstop, which asks about all
+// their runs in one statement, rather than each reading its run.
 func (h *hub) wakeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -491,10 +506,70 @@ func (h *hub) wakeAll() {
 			signal(w.c)
 		}
 	}
+	if h.backstop != nil {
+		signal(h.recheck)
+		return
+	}
 	for _, ws := range h.waiters {
 		for c := range ws {
 			signal(c)
 		}
+	}
+}
+
+// backstopLoop is Result's backstop for closes whose notification was lost
+// (the closing engine died between its commit and its NOTIFY, or this
+// engine's LISTEN had a gap). Every backstopEvery, and at once after a gap,
+// it asks which of the runs waited on here are not running, in one
+// statement for all of them (per backstopChunk), and wakes their waiters,
+// who read how the run closed. Waiters thus cost the database nothing while
+// they wait, however many there are; each once read its own run every
+// PollInterval. It closes done when ctx ends.
+func (h *hub) backstopLoop(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	if h.backstop == nil {
+		return
+	}
+	t := time.NewTimer(h.backstopEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-h.recheck:
+		}
+		h.checkWaited(ctx)
+		t.Reset(h.backstopEvery)
+	}
+}
+
+// checkWaited wakes the waiters of waited runs that are not running.
+func (h *hub) checkWaited(ctx context.Context) {
+	h.mu.Lock()
+	ids := make([]string, 0, len(h.waiters))
+	for id := range h.waiters {
+		ids = append(ids, id)
+	}
+	h.mu.Unlock()
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), backstopChunk)]
+		ids = ids[len(chunk):]
+		gone, err := h.backstop(ctx, chunk)
+		if err != nil {
+			if ctx.Err() == nil {
+				h.db.fail(ctx, "check the runs Result waits for", err, h.backstopEvery)
+			}
+			return
+		}
+		h.db.ok(ctx, "check the runs Result waits for")
+		h.mu.Lock()
+		for _, id := range gone {
+			for c := range h.waiters[id] {
+				signal(c)
+			}
+		}
+		h.mu.Unlock()
 	}
 }
 

@@ -277,25 +277,20 @@ func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 			}
 		}
 		if err == nil && run.Status == store.StatusRunning {
-			// Wait for the close, here or elsewhere, or the backstop poll.
-			t := time.NewTimer(r.e.opts.PollInterval)
+			// Wait for the close, here or elsewhere; the hub's backstop
+			// wakes us too if its notification was lost (backstopLoop).
 			select {
 			case <-ctx.Done():
-				t.Stop()
 				return out, ctx.Err()
 			case c := <-sub.closed:
-				t.Stop()
 				run.Status, run.Result, run.Failure = c.Status, c.Result, c.Failure
 			case <-sub.c:
-				t.Stop()
 				select {
 				case c := <-sub.closed: // closed here: no need to read it back
 					run.Status, run.Result, run.Failure = c.Status, c.Result, c.Failure
 				default:
 					continue
 				}
-			case <-t.C:
-				continue
 			}
 		}
 		if errors.Is(err, store.ErrNotFound) {

@@ -1,11 +1,15 @@
 package engine_test
 
 import (
+	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/engine"
@@ -99,3 +103,105 @@ func TestOwnClosesAreNotAnnounced(t *testing.T) {
 		require.NotEqual(t, "c:"+r.RunID, strings.SplitN(p, "\n", 2)[0], "notifications sent: %v", seen)
 	}
 }
+
+// Result's backstop, for closes whose notification was lost: the waiters of
+// one engine share one statement per PollInterval however many they are,
+// and a waiter reads its run only once the backstop finds it closed. The
+// runs here close by hand, with no notification at all (as when the
+// closing engine dies between its commit and its NOTIFY); each waiter
+// once read its own run every PollInterval.
+func TestResultBackstopAsksAboutEveryWaitedRunAtOnce(t *testing.T) {
+	t.Parallel()
+	_, url := pgtest.PoolURL(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	counter := &statementCounter{}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	ctx := resultCtx(t)
+
+	// A client: it starts runs that nobody runs, and waits for them.
+	client := newEngine(t, pool, engine.Options{PollInterval: 20 * time.Millisecond})
+	require.NoError(t, engine.RegisterWorkflow(client, AwaitGo, engine.WorkflowOptions{}))
+	const n = 30
+	var ids []string
+	got := make(chan int, n)
+	for i := range n {
+		r, err := engine.Start(ctx, client, AwaitGo, i, engine.StartOptions{})
+		require.NoError(t, err)
+		ids = append(ids, r.RunID)
+		go func() {
+			v, err := r.Result(ctx)
+			if err != nil {
+				v = -1
+			}
+			got <- v
+		}()
+	}
+	require.Eventually(t, func() bool { return counter.count(backstopSQL) >= 10 }, 10*time.Second, time.Millisecond,
+		"the backstop asks every PollInterval")
+	require.LessOrEqual(t, counter.count(runReadSQL), n, "waiters read their runs only before they wait")
+
+	_, err = pool.Exec(ctx, `UPDATE durable_runs SET status = 'completed', result = '7', closed_at = now()
+        WHERE run_id = ANY($1::uuid[])`, ids)
+	require.NoError(t, err)
+	for range n {
+		select {
+		case v := <-got:
+			require.Equal(t, 7, v)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a Result did not learn of a close whose notification was lost")
+		}
+	}
+}
+
+// Statements told apart by a piece of their SQL.
+const (
+	backstopSQL = "AS running FROM durable_runs"
+	runReadSQL  = "r.workflow_id, r.workflow_type"
+)
+
+// statementCounter counts the statements sent through a pool, alone or in
+// batches, by their SQL.
+type statementCounter struct {
+	mu  sync.Mutex
+	sql []string
+}
+
+func (c *statementCounter) add(sql string) {
+	c.mu.Lock()
+	c.sql = append(c.sql, sql)
+	c.mu.Unlock()
+}
+
+// count returns how many statements contained part.
+func (c *statementCounter) count(part string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, sql := range c.sql {
+		if strings.Contains(sql, part) {
+			n++
+		}
+	}
+	return n
+}
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.add(d.SQL)
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *statementCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	c.add(d.SQL)
+}
+
+func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
