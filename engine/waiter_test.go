@@ -112,14 +112,8 @@ func TestOwnClosesAreNotAnnounced(t *testing.T) {
 // once read its own run every PollInterval.
 func TestResultBackstopAsksAboutEveryWaitedRunAtOnce(t *testing.T) {
 	t.Parallel()
-	_, url := pgtest.PoolURL(t)
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
 	counter := &statementCounter{}
-	cfg.ConnConfig.Tracer = counter
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := countingPool(t, counter)
 	ctx := resultCtx(t)
 
 	// A client: it starts runs that nobody runs, and waits for them.
@@ -144,7 +138,7 @@ func TestResultBackstopAsksAboutEveryWaitedRunAtOnce(t *testing.T) {
 		"the backstop asks every PollInterval")
 	require.LessOrEqual(t, counter.count(runReadSQL), n, "waiters read their runs only before they wait")
 
-	_, err = pool.Exec(ctx, `UPDATE durable_runs SET status = 'completed', result = '7', closed_at = now()
+	_, err := pool.Exec(ctx, `UPDATE durable_runs SET status = 'completed', result = '7', closed_at = now()
         WHERE run_id = ANY($1::uuid[])`, ids)
 	require.NoError(t, err)
 	for range n {
@@ -162,6 +156,19 @@ const (
 	backstopSQL = "AS running FROM durable_runs"
 	runReadSQL  = "r.workflow_id, r.workflow_type"
 )
+
+// countingPool returns a pool on a database of its own whose statements c
+// counts.
+func countingPool(t *testing.T, c *statementCounter) *pgxpool.Pool {
+	_, url := pgtest.PoolURL(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.ConnConfig.Tracer = c
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
 
 // statementCounter counts the statements sent through a pool, alone or in
 // batches, by their SQL.
@@ -205,3 +212,53 @@ func (c *statementCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx
 }
 
 func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// After a gap in the engine's LISTEN, closes made meanwhile may never be
+// announced: the engine asks about every waited run as soon as it listens
+// again. Here the run closes by hand, with no notification, and then the
+// listener's connection is killed; with the backstop poll an hour away,
+// only that question can end the wait.
+func TestResultLearnsOfClosesAfterTheListenerReconnects(t *testing.T) {
+	t.Parallel()
+	counter := &statementCounter{}
+	pool := countingPool(t, counter)
+	ctx := resultCtx(t)
+	client := newEngine(t, pool, engine.Options{PollInterval: time.Hour})
+	require.NoError(t, engine.RegisterWorkflow(client, AwaitGo, engine.WorkflowOptions{}))
+	r, err := engine.Start(ctx, client, AwaitGo, 1, engine.StartOptions{})
+	require.NoError(t, err)
+	got := make(chan int, 1)
+	go func() {
+		v, err := r.Result(ctx)
+		if err != nil {
+			v = -1
+		}
+		got <- v
+	}()
+	listener := func() (pid int) {
+		err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+            WHERE datname = current_database() AND query LIKE 'LISTEN%' AND pid <> pg_backend_pid()`).Scan(&pid)
+		if err != nil {
+			return 0
+		}
+		return pid
+	}
+	require.Eventually(t, func() bool { return listener() != 0 && counter.count(runReadSQL) > 0 }, 10*time.Second,
+		time.Millisecond, "the waiter's engine listens, and the waiter has read its run")
+
+	_, err = pool.Exec(ctx, `UPDATE durable_runs SET status = 'completed', result = '7', closed_at = now() WHERE run_id = $1`, r.RunID)
+	require.NoError(t, err)
+	select {
+	case v := <-got:
+		t.Fatalf("Result returned %d before anything could tell it of the close", v)
+	case <-time.After(100 * time.Millisecond):
+	}
+	_, err = pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, listener())
+	require.NoError(t, err)
+	select {
+	case v := <-got:
+		require.Equal(t, 7, v)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Result did not learn of the close once the listener was back")
+	}
+}
