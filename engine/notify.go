@@ -522,9 +522,9 @@ func (h *hub) wakeAll() {
 // engine's LISTEN had a gap). Every backstopEvery, and at once after a gap,
 // it asks which of the runs waited on here are not running, in one
 // statement for all of them (per backstopChunk), and wakes their waiters,
-// who read how the run closed. Waiters thus cost the database nothing while
-// they wait, however many there are; each once read its own run every
-// PollInterval. It closes done when ctx ends.
+// who read how the run closed. Waiting thus costs one statement per
+// interval however many wait (each waiter once read its own run every
+// PollInterval). It closes done when ctx ends.
 func (h *hub) backstopLoop(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	if h.backstop == nil {

@@ -75,8 +75,8 @@ func (s *Store) NotRunning(ctx context.Context, runIDs []string) ([]string, erro
 		return gone, nil
 	}
 	err := s.query(ctx, notRunningSQL, func(rows pgx.Rows) error {
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		gone = append(gone, ids...)
+		found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		gone = append(gone, found...)
 		return err
 	}, namedArgs{"ids": ids})
 	if err != nil {
