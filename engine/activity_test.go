@@ -270,11 +270,13 @@ func TestHeartbeatingActivityOutlivesItsLease(t *testing.T) {
 		}
 		return steps, nil
 	}
-	// A 300ms lease (the heartbeat timeout); the activity runs about 900ms.
-	require.NoError(t, engine.RegisterActivity(e, long, activity.Options{Name: "Long", HeartbeatTimeout: 300 * time.Millisecond}))
+	// A 1s lease (the heartbeat timeout); the activity runs about 3s, three
+	// leases. A 300ms lease was lost on a loaded CI machine, whose
+	// heartbeat writes can wait that long: the job ran twice.
+	require.NoError(t, engine.RegisterActivity(e, long, activity.Options{Name: "Long", HeartbeatTimeout: time.Second}))
 	run(t, e)
 	ctx := resultCtx(t)
-	_, err := engine.Enqueue(ctx, e, long, 30, engine.JobOptions{Key: "long"})
+	_, err := engine.Enqueue(ctx, e, long, 100, engine.JobOptions{Key: "long"})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		var n int
