@@ -101,9 +101,10 @@ type hub struct {
 	sent func([]string) // for tests: called with each send's keys, before it
 
 	// backstop says which of the runs waited on here are not running, for
-	// closes whose notification was lost; nil: no backstop (hub tests).
-	// It runs every backstopEvery, and at once after a gap in the LISTEN
-	// (recheck). See backstopLoop.
+	// closes whose notification was lost. It runs every backstopEvery, and
+	// at once after a gap in the LISTEN (recheck); see backstopLoop. Every
+	// engine sets it; the hub's own tests, which wait on no run, leave it
+	// nil.
 	backstop      func(ctx context.Context, runIDs []string) ([]string, error)
 	backstopEvery time.Duration
 	recheck       chan struct{}
@@ -495,9 +496,10 @@ const sendNotificationsSQL = `
 SELECT count(pg_notify('` + postgres.NotifyChannel + `', k))
 FROM set_config('synchronous_commit', 'off', true), unnest($1::text[]) AS k`
 
-// wakeAll signals everyone: after a reconnect, notifications may have been
-// lost. Result waiters learn through the backstop, which asks about all
-// their runs in one statement, rather than each reading its run.
+// wakeAll signals every poller, and asks the backstop about every waited
+// run: after a reconnect, notifications may have been lost. Result waiters
+// learn through the backstop, which asks about all their runs in one
+// statement, rather than each reading its run.
 func (h *hub) wakeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -506,15 +508,7 @@ func (h *hub) wakeAll() {
 			signal(w.c)
 		}
 	}
-	if h.backstop != nil {
-		signal(h.recheck)
-		return
-	}
-	for _, ws := range h.waiters {
-		for c := range ws {
-			signal(c)
-		}
-	}
+	signal(h.recheck)
 }
 
 // backstopLoop is Result's backstop for closes whose notification was lost
