@@ -99,11 +99,21 @@ type Options struct {
 // QueueOptions configure the workers of one queue.
 type QueueOptions struct {
 	// WorkflowConcurrency is how many workflow tasks run at once. Default 32.
-	// A fused step (see the package documentation) runs in the slot of the
-	// activity that finished, and a cached run woken by its timer in a wake
-	// slot (twice WorkflowConcurrency of them), not in one of these.
+	// Recording the outcome of a run's activity, with the step that
+	// follows (see the package documentation), is one of them: it takes a
+	// workflow slot if one is free, and otherwise runs in the activity's
+	// slot. A cached run woken by its timer runs in a wake slot (twice
+	// WorkflowConcurrency of them), not in one of these.
 	WorkflowConcurrency int
 	// ActivityConcurrency is how many activities run at once. Default 32.
+	// An activity's slot is free for the next activity as soon as the
+	// activity returns, unless its outcome found no free workflow slot. A
+	// step in a workflow slot claims its run's next activity as it commits;
+	// that activity then waits for an activity slot, before the poller
+	// claims more (so the engine holds about ActivityConcurrency +
+	// WorkflowConcurrency claimed activities at most), for up to a second or
+	// a tenth of its lease; if none frees up it goes back to the queue,
+	// its attempt unspent.
 	ActivityConcurrency int
 }
 
