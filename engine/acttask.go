@@ -272,19 +272,17 @@ func (e *Engine) resolveFailed(ctx context.Context, t store.ActivityTask, attrs 
 }
 
 // resolve records an activity's outcome. The outcome of a run's activity
-// and the step it leads to are the run's workflow task: if a workflow slot
-// of the run's queue is free, they take it, and the activity's slot goes
-// back to its pool at once, free for the queue's next activity while the
-// step commits; the task the step claims for the activity's slot then
-// waits for one (reslot). Otherwise they run in the activity's slot, and
-// so does that task.
+// and the step it leads to take a step slot of the activity's queue if one
+// is free (ActivityConcurrency of them), and the activity's slot goes back
+// to its pool at once, free for the queue's next activity while the step
+// commits; the task the step claims for the activity's slot then waits for
+// one (reslot). Otherwise they run in the activity's slot, and so does
+// that task.
 func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, ev history.Attributes, s *slot) (next *store.ActivityTask) {
 	var own *semaphore // the activity's pool's, if the step traded its slot
-	if t.RunID != "" {
-		if p := e.workflowPool(t.WorkflowQueue); p != nil {
-			if held := s.held; s.trade(p.semaphore) {
-				own = held
-			}
+	if t.RunID != "" && e.workflowPool(t.WorkflowQueue) != nil {
+		if held, steps := s.held, e.stepSlots(t.Queue); steps != nil && s.trade(steps) {
+			own = held
 		}
 	}
 	if own != nil {
@@ -308,7 +306,7 @@ func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog
 	}
 	// A task claimed for the slot by a refused fused step (next) is run
 	// next all the same. The run's next workflow task is claimed by this
-	// transaction and run here, in the workflow slot the outcome holds.
+	// transaction and run here, in the step slot the outcome holds.
 	in := store.ResolveActivityParams{RunID: t.RunID, TaskID: t.ID, Attempt: t.Attempt, Event: ev, Now: e.now()}
 	if own != nil {
 		in.ClaimAs, in.Lease = e.opts.WorkerID, e.opts.WorkflowTaskLease
@@ -326,13 +324,13 @@ func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog
 }
 
 // reslot takes a slot of own, the pool the step's activity ran in, for
-// next: the task a step claimed for that slot while it held a workflow
-// slot (see resolve). The workflow slot goes back first. A slot that frees
-// up goes to such a task before the pool's poller claims more, so the
-// engine holds about ActivityConcurrency + WorkflowConcurrency claims of
-// the queue's activities at most. If none frees up within slotWait, next
-// goes back to its queue, its attempt unspent, before its lease could run
-// out waiting; reslot then returns nil.
+// next: the task a step claimed for that slot while it held a step slot
+// (see resolve). The step slot goes back first. A slot that frees up goes
+// to such a task before the pool's poller claims more, so the engine holds
+// about twice ActivityConcurrency claims of the queue's activities at
+// most. If none frees up within slotWait, next goes back to its queue, its
+// attempt unspent, before its lease could run out waiting; reslot then
+// returns nil.
 func (e *Engine) reslot(ctx context.Context, s *slot, own *semaphore, next store.ActivityTask) *store.ActivityTask {
 	s.release()
 	if own.acquireWithin(ctx, slotWait(next.LockedUntil.Sub(e.now()))) {

@@ -63,7 +63,7 @@ func TestClaimTakesTheBacklogFirst(t *testing.T) {
 }
 
 // A slot whose activity's run closes, in a step that keeps the slot (no
-// workflow slot is free: see Engine.resolve), takes its engine's backlog's
+// step slot is free: see Engine.resolve), takes its engine's backlog's
 // next task in the close's transaction (store.CommitWorkflowTaskParams.
 // ClaimNext): of the two tasks queued behind the only slot, only the one
 // in no backlog (a job) is claimed from the queue.
@@ -78,14 +78,14 @@ func TestClosingSlotTakesTheBacklogsNextTask(t *testing.T) {
 // of noteOnce(2) behind it, whose activity goes to the backlog, and lets
 // hold finish. It returns the order in which the notes ran and how many
 // activity tasks were claimed from the queue after hold started. If
-// keepSlot, the engine's only workflow slot is taken, so that the steps of
-// its runs keep their activities' slots (see Engine.resolve).
+// keepSlot, the engine's only step slot is taken, so that the steps of its
+// runs keep their activities' slots (see Engine.resolve).
 func queueBehindTheOnlySlot(t *testing.T, holdAsJob, keepSlot bool) (order []int, claimed int) {
 	holdStarted, holdRelease = make(chan struct{}, 1), make(chan struct{})
 	noted = nil
 	sc := &stepCounter{}
 	e, err := New(pgtest.Pool(t), Options{Logger: slog.New(slog.DiscardHandler), PollInterval: 50 * time.Millisecond,
-		Queues:      map[string]QueueOptions{DefaultQueue: {ActivityConcurrency: 1, WorkflowConcurrency: 1}},
+		Queues:      map[string]QueueOptions{DefaultQueue: {ActivityConcurrency: 1}},
 		wrapStorage: func(s storage) storage { sc.storage = s; return sc }})
 	require.NoError(t, err)
 	require.NoError(t, RegisterWorkflow(e, holdOnce, WorkflowOptions{}))
@@ -96,12 +96,13 @@ func queueBehindTheOnlySlot(t *testing.T, holdAsJob, keepSlot bool) (order []int
 	defer cancel()
 	runUntilTestEnds(t, e)
 	if keepSlot {
-		var wp *workerPool[store.WorkflowTask]
-		require.Eventually(t, func() bool { // the poller holds it while it claims
-			wp = e.workflowPool(DefaultQueue)
-			return wp != nil && wp.tryAcquire()
-		}, 10*time.Second, time.Millisecond, "the only workflow slot is taken")
-		defer wp.release()
+		var steps *semaphore
+		require.Eventually(t, func() bool {
+			steps = e.stepSlots(DefaultQueue)
+			return steps != nil
+		}, 10*time.Second, time.Millisecond, "the engine runs")
+		require.True(t, steps.tryAcquire(), "the only step slot is free")
+		defer steps.release()
 	}
 
 	var held *Run[int]

@@ -69,10 +69,11 @@
 // [Engine.Run] blocks until its context is done. For each queue in
 // [Options].Queues it runs up to WorkflowConcurrency workflow tasks and
 // ActivityConcurrency activities at once (an activity's outcome and the
-// fused step it leads to, below, take a workflow slot when one is free, so
-// the activity's slot takes the next activity while the step commits; a
-// cached run's wake runs in slots of its own, up to twice the workflow
-// slots), and it runs the timer scanner (package timer), whose fires
+// fused step it leads to, below, take one of as many step slots of the
+// queue when one is free, so the activity's slot takes the next activity
+// while the step commits; a cached run's wake runs in slots of its own, up
+// to twice the workflow slots), and it runs the timer scanner (package
+// timer), whose fires
 // hand the tasks they make to this engine's free slots. Idle workers wait
 // for a notification, or for the backstop poll every [Options].PollInterval;
 // nothing polls in a tight loop.
@@ -113,8 +114,8 @@
 // and the outcome and the commands it gave are committed in one
 // transaction, fenced by the activity's attempt and the run's next event ID
 // (no workflow task is claimed). The step runs in the activity's goroutine,
-// in a workflow slot if one is free (the activity's slot is then free for
-// the queue's next activity at once), and then runs the next activity the
+// in a step slot if one is free (the activity's slot is then free for the
+// queue's next activity at once), and then runs the next activity the
 // step scheduled on its queue, claimed by the step's transaction; if it
 // scheduled none there (the run waits on something else, or closes) and the
 // engine has activities waiting for a slot on that queue, the step's

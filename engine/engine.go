@@ -99,20 +99,20 @@ type Options struct {
 // QueueOptions configure the workers of one queue.
 type QueueOptions struct {
 	// WorkflowConcurrency is how many workflow tasks run at once. Default 32.
-	// Recording the outcome of a run's activity, with the step that
-	// follows (see the package documentation), is one of them: it takes a
-	// workflow slot if one is free, and otherwise runs in the activity's
-	// slot. A cached run woken by its timer runs in a wake slot (twice
-	// WorkflowConcurrency of them), not in one of these.
+	// A fused step (see the package documentation) runs in a step slot of
+	// its activity's queue, or in its activity's slot, and a cached run
+	// woken by its timer in a wake slot (twice WorkflowConcurrency of
+	// them), not in one of these.
 	WorkflowConcurrency int
 	// ActivityConcurrency is how many activities run at once. Default 32.
-	// An activity's slot is free for the next activity as soon as the
-	// activity returns, unless its outcome found no free workflow slot. A
-	// step in a workflow slot claims its run's next activity as it commits;
-	// that activity then waits for an activity slot, before the poller
-	// claims more (so the engine holds about ActivityConcurrency +
-	// WorkflowConcurrency claimed activities at most), for up to a second or
-	// a tenth of its lease; if none frees up it goes back to the queue,
+	// An activity's outcome, and the step of its run that follows, take a
+	// step slot of the queue if one is free (ActivityConcurrency of them),
+	// so that the activity's slot is free for the next activity as soon as
+	// the activity returns. The step claims its run's next activity as it
+	// commits; that activity then waits for an activity slot, before the
+	// poller claims more (so the engine holds about twice
+	// ActivityConcurrency claimed activities at most), for up to a second
+	// or a tenth of its lease; if none frees up it goes back to the queue,
 	// its attempt unspent.
 	ActivityConcurrency int
 }

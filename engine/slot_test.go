@@ -82,17 +82,7 @@ func slotEngine(t *testing.T, sc *stepCounter) (run *Run[int], busyRan *atomic.B
 	}
 	e := fusedEngine(t, sc, &syncbuf.Buffer{}, func(o *Options) {
 		o.Queues = map[string]QueueOptions{DefaultQueue: {ActivityConcurrency: 1}}
-		o.PollInterval = time.Hour // the workflow poller claims only when woken
 	})
-	// The workflow poller holds every free workflow slot while it claims,
-	// and a step that finds none keeps its activity's slot. It claims once
-	// more when the engine first listens: wait until that is over.
-	require.Eventually(t, func() bool {
-		e.hub.mu.Lock()
-		defer e.hub.mu.Unlock()
-		ws, wp := e.hub.wakes["w:"+DefaultQueue], e.workflowPool(DefaultQueue)
-		return !e.hub.listening.IsZero() && len(ws) == 1 && len(ws[0].c) == 0 && wp != nil && len(wp.slots) == 0
-	}, 10*time.Second, time.Millisecond, "the engine listens, and its workflow poller waits")
 	require.NoError(t, RegisterWorkflow(e, slotTwoSteps, WorkflowOptions{}))
 	require.NoError(t, RegisterActivity(e, slotFirst, activity.Options{}))
 	// The lease of slotSecond's claim is 2 s: a claim that finds no slot
@@ -113,8 +103,8 @@ func slotEngine(t *testing.T, sc *stepCounter) (run *Run[int], busyRan *atomic.B
 	return run, busyRan
 }
 
-// A step that takes a workflow slot gives its activity's slot back before
-// it commits: a job queued behind the only activity slot runs while the
+// A step that takes a step slot gives its activity's slot back before it
+// commits: a job queued behind the only activity slot runs while the
 // step's commit waits for it.
 func TestStepFreesItsActivitySlotWhileItCommits(t *testing.T) {
 	sc := &stepCounter{}

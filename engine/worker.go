@@ -37,7 +37,8 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer cancelHard()
 
 	var tasks sync.WaitGroup // every task goroutine, polled or handed off
-	ps := &pools{wf: map[string]*workerPool[store.WorkflowTask]{}, act: map[string]*workerPool[store.ActivityTask]{}}
+	ps := &pools{wf: map[string]*workerPool[store.WorkflowTask]{}, act: map[string]*workerPool[store.ActivityTask]{},
+		steps: map[string]*semaphore{}}
 	wakeSlots := 0
 	for queue, qo := range e.opts.Queues {
 		ps.wf[queue] = newWorkerPool(hard, &tasks, qo.WorkflowConcurrency, func(ctx context.Context, t store.WorkflowTask, _ *slot) *store.WorkflowTask {
@@ -45,6 +46,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			return nil
 		})
 		ps.act[queue] = newWorkerPool(hard, &tasks, qo.ActivityConcurrency, e.runActivityTask)
+		ps.steps[queue] = newSemaphore(qo.ActivityConcurrency)
 		wakeSlots += 2 * qo.WorkflowConcurrency
 	}
 	firer := &timerFirer{e: e} // the scanner's store; its rescan is set below
@@ -150,12 +152,26 @@ type pools struct {
 	// runs in its activity's slot: a burst of wakes must not wait behind,
 	// or crowd out, the tasks the queues' slots run.
 	wake *workerPool[wakeJob]
+	// steps, by activity queue, are the slots in which the outcomes of a
+	// queue's activities and the steps they lead to run (see
+	// Engine.resolve), so that the activities' slots are free meanwhile.
+	// Like wakes, they neither wait behind nor crowd out the workflow
+	// tasks the queues' slots run.
+	steps map[string]*semaphore
 }
 
 // workflowPool returns the running pool of the queue, or nil.
 func (e *Engine) workflowPool(queue string) *workerPool[store.WorkflowTask] {
 	if ps := e.pools.Load(); ps != nil {
 		return ps.wf[queue]
+	}
+	return nil
+}
+
+// stepSlots returns the step slots of the running activity queue, or nil.
+func (e *Engine) stepSlots(queue string) *semaphore {
+	if ps := e.pools.Load(); ps != nil {
+		return ps.steps[queue]
 	}
 	return nil
 }
