@@ -306,12 +306,25 @@ func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog
 	}
 	// A task claimed for the slot by a refused fused step (next) is run
 	// next all the same. The run's next workflow task is claimed by this
-	// transaction and run here, in the step slot the outcome holds.
+	// transaction and run here, in the step slot the outcome holds, or, if
+	// it holds none, in a free workflow slot.
 	in := store.ResolveActivityParams{RunID: t.RunID, TaskID: t.ID, Attempt: t.Attempt, Event: ev, Now: e.now()}
-	if own != nil {
+	var p *workerPool[store.WorkflowTask]
+	if own == nil && t.RunID != "" {
+		if p = e.workflowPool(t.WorkflowQueue); p == nil || !p.tryAcquire() {
+			p = nil
+		}
+	}
+	if own != nil || p != nil {
 		in.ClaimAs, in.Lease = e.opts.WorkerID, e.opts.WorkflowTaskLease
 	}
 	ready, err := e.store.ResolveActivity(ctx, in)
+	switch {
+	case p != nil && len(ready.WorkflowTasks) == 1:
+		p.start(ready.WorkflowTasks[0])
+	case p != nil:
+		p.release()
+	}
 	if err != nil {
 		e.logLostWrite(ctx, "record activity outcome", attrs, err)
 		return next
