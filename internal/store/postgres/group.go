@@ -169,6 +169,9 @@ func (g *grouper) commit(batch []*groupReq) {
 	// the round trips of BEGIN and COMMIT.
 	b := &pgx.Batch{}
 	b.Queue(indexPlans)
+	if keys := batchRuns(batch); len(keys) > 1 {
+		b.Queue(lockRunsSQL, keys)
+	}
 	var kinds []*manyStmt
 	same := map[*manyStmt][]*groupReq{}
 	for _, r := range batch {
@@ -222,6 +225,28 @@ func (g *grouper) commit(batch []*groupReq) {
 		r.next = nil
 		r.done <- g.s.queryRow(r.ctx, r.sql, r.scan, r.args)
 	}
+}
+
+// lockRunsSQL takes a transaction-scoped advisory lock per run of a group,
+// in the order given (run ID order), before any of the group's writes.
+// The writes take their row locks statement by statement, kind by kind
+// (see commit), so two groups that both have writes of the same two runs
+// could lock their rows in opposite orders and deadlock; Postgres breaks
+// that after deadlock_timeout, a second in which neither group commits. The
+// advisory locks make such groups queue, in one order, before they touch a
+// row. A single write needs none: it touches one run.
+const lockRunsSQL = `SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest($1::text[]) AS k`
+
+// batchRuns returns the runs of a batch sorted by key (commit sorted the
+// batch), each once.
+func batchRuns(batch []*groupReq) []string {
+	var keys []string
+	for _, r := range batch {
+		if r.key != "" && (len(keys) == 0 || keys[len(keys)-1] != r.key) {
+			keys = append(keys, r.key)
+		}
+	}
+	return keys
 }
 
 // queueClaims adds to b the claims of the batch's writes: one statement
