@@ -68,7 +68,6 @@ var cases = []struct {
 	{"CommitRacingCompletionLeavesTaskReady", testCommitRacingCompletionLeavesTaskReady},
 	{"FailWorkflowTaskKeepsErrorAndDelays", testFailWorkflowTaskKeepsErrorAndDelays},
 	{"ReleaseGivesBackClaims", testReleaseGivesBackClaims},
-	{"ReleaseOneTaskIsFencedByItsAttempt", testReleaseOneTask},
 	{"NextDue", testNextDue},
 	{"ConcurrentWorkflowClaimsNeverShareATask", testConcurrentWorkflowClaimsNeverShareATask},
 
