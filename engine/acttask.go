@@ -42,26 +42,26 @@ func (e *Engine) activityClaim(queue string, n int, now time.Time, types []strin
 // the result, a retry, or the final failure. If recording it scheduled the
 // run's next activity and claimed it for this slot (a fused step), it
 // returns that task: the slot runs it next.
-func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask) (next *store.ActivityTask) {
+func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask, s *slot) (next *store.ActivityTask) {
 	attrs := []slog.Attr{slog.String("activity", t.Activity), slog.Int64("task_id", t.ID), slog.Int("attempt", t.Attempt)}
 	if t.RunID != "" {
 		attrs = append(attrs, slog.String("run_id", t.RunID))
 	}
 	opts, err := decodeActivityOptions(t.Options)
 	if err != nil {
-		return e.finishActivity(ctx, t, attrs, activity.Permanent(fmt.Errorf("decode options of activity %s: %w", t.Activity, err)), opts)
+		return e.finishActivity(ctx, t, attrs, activity.Permanent(fmt.Errorf("decode options of activity %s: %w", t.Activity, err)), opts, s)
 	}
 	opts = opts.WithDefaults()
 	e.mu.RLock()
 	def := e.activities[t.Activity]
 	e.mu.RUnlock()
 	if def == nil {
-		return e.finishActivity(ctx, t, attrs, fmt.Errorf("activity %q is not registered on worker %s: register it, or route its queue %q to workers that have it", t.Activity, e.opts.WorkerID, t.Queue), opts)
+		return e.finishActivity(ctx, t, attrs, fmt.Errorf("activity %q is not registered on worker %s: register it, or route its queue %q to workers that have it", t.Activity, e.opts.WorkerID, t.Queue), opts, s)
 	}
 	if t.MaxAttempts > 0 && t.Attempt > t.MaxAttempts {
 		// The last attempt's lease ran out (its worker died or stalled).
 		err := &timeoutError{kind: "lease", d: leaseOf(opts), err: fmt.Errorf("attempt %d did not finish and no attempts are left", t.Attempt-1)}
-		return e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt-1)
+		return e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt-1, s)
 	}
 	now := e.now()
 	timeout := opts.StartToCloseTimeout
@@ -69,7 +69,7 @@ func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask) (nex
 		left := t.ScheduledAt.Add(s2c).Sub(now)
 		if left <= 0 {
 			err := &timeoutError{kind: "schedule-to-close", d: s2c, err: fmt.Errorf("scheduled at %s", t.ScheduledAt.Format(time.RFC3339))}
-			return e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt-1)
+			return e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt-1, s)
 		}
 		timeout = min(timeout, left)
 	}
@@ -116,10 +116,10 @@ func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask) (nex
 		return nil
 	}
 	if err != nil {
-		return e.finishActivity(ctx, t, attrs, err, opts)
+		return e.finishActivity(ctx, t, attrs, err, opts, s)
 	}
 	e.metrics.outcomes.WithLabelValues("activity", t.Activity, outcomeCompleted).Inc()
-	return e.resolve(ctx, t, attrs, history.ActivityCompleted{Seq: t.Seq, Result: out, Attempt: t.Attempt})
+	return e.resolve(ctx, t, attrs, history.ActivityCompleted{Seq: t.Seq, Result: out, Attempt: t.Attempt}, s)
 }
 
 // heartbeater records an attempt's heartbeats: it keeps the details for the
@@ -226,26 +226,26 @@ func errorClass(err error) string {
 
 // finishActivity decides what a failed attempt leads to: a retry on our
 // schedule, a retry on the other side's schedule, or the final failure.
-func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, opts activity.Options) *store.ActivityTask {
+func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, opts activity.Options, s *slot) *store.ActivityTask {
 	class := errorClass(cause)
 	policy := opts.Retry.WithDefaults()
 	now := e.now()
 	retry := store.RetryActivityParams{TaskID: t.ID, Attempt: t.Attempt, Error: cause.Error(), ErrorClass: class, Now: now}
 	switch after, rateLimited := activity.RetryAfter(cause); {
 	case activity.IsPermanent(cause) || slices.Contains(policy.NonRetryableErrorTypes, class):
-		return e.resolveFailed(ctx, t, attrs, cause, class, t.Attempt)
+		return e.resolveFailed(ctx, t, attrs, cause, class, t.Attempt, s)
 	case rateLimited && t.RateLimited < policy.MaximumRateLimitedRetries:
 		retry.RunAfter, retry.RateLimited = now.Add(after), true
 	case t.MaxAttempts > 0 && t.Attempt >= t.MaxAttempts:
 		// The task's budget: the policy's, plus rate-limited retries and
 		// attempts given back on shutdown.
-		return e.resolveFailed(ctx, t, attrs, cause, class, t.Attempt)
+		return e.resolveFailed(ctx, t, attrs, cause, class, t.Attempt, s)
 	default:
 		retry.RunAfter = now.Add(policy.Delay(t.Attempt, e.opts.RandFunc))
 	}
 	if s2c := opts.ScheduleToCloseTimeout; s2c > 0 && retry.RunAfter.After(t.ScheduledAt.Add(s2c)) {
 		err := &timeoutError{kind: "schedule-to-close", d: s2c, err: cause}
-		return e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt)
+		return e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt, s)
 	}
 	e.metrics.outcomes.WithLabelValues("activity", t.Activity, outcomeFailedRetrying).Inc()
 	e.log.LogAttrs(ctx, slog.LevelWarn, "activity attempt failed; retrying",
@@ -260,7 +260,7 @@ func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs
 	return nil
 }
 
-func (e *Engine) resolveFailed(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, class string, attempts int) *store.ActivityTask {
+func (e *Engine) resolveFailed(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, class string, attempts int, s *slot) *store.ActivityTask {
 	e.log.LogAttrs(ctx, slog.LevelWarn, "activity failed for good",
 		append(attrs, slog.String("error", cause.Error()), slog.String("class", class))...)
 	e.metrics.outcomes.WithLabelValues("activity", t.Activity, outcomeFailedFinal).Inc()
@@ -268,10 +268,30 @@ func (e *Engine) resolveFailed(ctx context.Context, t store.ActivityTask, attrs 
 		e.metrics.outcomes.WithLabelValues("activity", t.Activity, outcomeDeadLettered).Inc()
 	}
 	f := history.Failure{Message: cause.Error(), Class: class, Attempts: attempts}
-	return e.resolve(ctx, t, attrs, history.ActivityFailed{Seq: t.Seq, Failure: f})
+	return e.resolve(ctx, t, attrs, history.ActivityFailed{Seq: t.Seq, Failure: f}, s)
 }
 
-func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, ev history.Attributes) (next *store.ActivityTask) {
+// resolve records an activity's outcome. The outcome of a run's activity
+// and the step it leads to take a step slot of the activity's queue if one
+// is free (ActivityConcurrency of them), and the activity's slot goes back
+// to its pool at once, free for the queue's next activity while the step
+// commits; the task the step claims for the activity's slot then waits for
+// one (reslot). Otherwise they run in the activity's slot, and so does
+// that task.
+func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, ev history.Attributes, s *slot) (next *store.ActivityTask) {
+	var own *semaphore // the activity's pool's, if the step traded its slot
+	if t.RunID != "" && e.workflowPool(t.WorkflowQueue) != nil {
+		if held, steps := s.held, e.stepSlots(t.Queue); steps != nil && s.trade(steps) {
+			own = held
+		}
+	}
+	if own != nil {
+		defer func() {
+			if next != nil {
+				next = e.reslot(ctx, s, own, *next)
+			}
+		}()
+	}
 	if t.RunID != "" {
 		var (
 			handled bool
@@ -285,17 +305,18 @@ func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog
 		}
 	}
 	// A task claimed for the slot by a refused fused step (next) is run
-	// next all the same.
+	// next all the same. The run's next workflow task is claimed by this
+	// transaction and run here, in the step slot the outcome holds, or, if
+	// it holds none, in a free workflow slot.
 	in := store.ResolveActivityParams{RunID: t.RunID, TaskID: t.ID, Attempt: t.Attempt, Event: ev, Now: e.now()}
-	// The run's next workflow task is claimed by this transaction and run
-	// here, if this engine serves its queue and has a free slot.
 	var p *workerPool[store.WorkflowTask]
-	if t.RunID != "" {
-		if p = e.workflowPool(t.WorkflowQueue); p != nil && p.tryAcquire() {
-			in.ClaimAs, in.Lease = e.opts.WorkerID, e.opts.WorkflowTaskLease
-		} else {
+	if own == nil && t.RunID != "" {
+		if p = e.workflowPool(t.WorkflowQueue); p == nil || !p.tryAcquire() {
 			p = nil
 		}
+	}
+	if own != nil || p != nil {
+		in.ClaimAs, in.Lease = e.opts.WorkerID, e.opts.WorkflowTaskLease
 	}
 	ready, err := e.store.ResolveActivity(ctx, in)
 	switch {
@@ -309,7 +330,42 @@ func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog
 		return next
 	}
 	e.announce(ready)
+	if own != nil && len(ready.WorkflowTasks) == 1 {
+		e.processWorkflowTask(ctx, ready.WorkflowTasks[0])
+	}
 	return next
+}
+
+// reslot takes a slot of own, the pool the step's activity ran in, for
+// next: the task a step claimed for that slot while it held a step slot
+// (see resolve). The step slot goes back first. A slot that frees up goes
+// to such a task before the pool's poller claims more, so the engine holds
+// about twice ActivityConcurrency claims of the queue's activities at
+// most. If none frees up within slotWait, next goes back to its queue, its
+// attempt unspent, before its lease could run out waiting; reslot then
+// returns nil.
+func (e *Engine) reslot(ctx context.Context, s *slot, own *semaphore, next store.ActivityTask) *store.ActivityTask {
+	s.release()
+	if own.acquireWithin(ctx, slotWait(next.LockedUntil.Sub(e.now()))) {
+		s.held = own
+		return &next
+	}
+	attrs := []slog.Attr{slog.String("activity", next.Activity), slog.Int64("task_id", next.ID), slog.String("run_id", next.RunID)}
+	e.log.LogAttrs(ctx, slog.LevelDebug, "no activity slot freed up for the task a step claimed; it goes back to its queue", attrs...)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	rel := store.ReleaseParams{WorkerID: e.opts.WorkerID, Now: e.now(), TaskID: next.ID, Attempt: next.Attempt}
+	if err := e.store.ReleaseActivityTasks(rctx, rel); err != nil {
+		e.log.LogAttrs(ctx, slog.LevelWarn, "give back an activity task claimed for a slot that did not free up; it runs when its lease ends",
+			append(attrs, slog.String("error", err.Error()))...)
+	}
+	return nil
+}
+
+// slotWait is how long a task claimed for a slot, with lease left, waits
+// for one: a tenth of the lease, at most a second.
+func slotWait(lease time.Duration) time.Duration {
+	return max(0, min(time.Second, lease/10))
 }
 
 // logLostWrite logs a write that did not happen. A lost lease is expected

@@ -58,16 +58,17 @@ func noteOnce(ctx workflow.Context, n int) (int, error) {
 // slot is freed by a job, whose outcome is no fused step, so the poller
 // claims.
 func TestClaimTakesTheBacklogFirst(t *testing.T) {
-	order, _ := queueBehindTheOnlySlot(t, true)
+	order, _ := queueBehindTheOnlySlot(t, true, false)
 	require.Equal(t, []int{2, 1}, order, "the backlog's activity first, then the older job")
 }
 
-// A slot whose activity's run closes takes its engine's backlog's next
-// task in the close's transaction (store.CommitWorkflowTaskParams.
+// A slot whose activity's run closes, in a step that keeps the slot (no
+// step slot is free: see Engine.resolve), takes its engine's backlog's
+// next task in the close's transaction (store.CommitWorkflowTaskParams.
 // ClaimNext): of the two tasks queued behind the only slot, only the one
 // in no backlog (a job) is claimed from the queue.
 func TestClosingSlotTakesTheBacklogsNextTask(t *testing.T) {
-	order, claimed := queueBehindTheOnlySlot(t, false)
+	order, claimed := queueBehindTheOnlySlot(t, false, true)
 	require.Equal(t, []int{2, 1}, order, "the backlog's activity first, then the older job")
 	require.Equal(t, 1, claimed, "only the job was claimed from the queue")
 }
@@ -76,8 +77,10 @@ func TestClosingSlotTakesTheBacklogsNextTask(t *testing.T) {
 // (as a job, or in a run of holdOnce), then queues a job note(1) and a run
 // of noteOnce(2) behind it, whose activity goes to the backlog, and lets
 // hold finish. It returns the order in which the notes ran and how many
-// activity tasks were claimed from the queue after hold started.
-func queueBehindTheOnlySlot(t *testing.T, holdAsJob bool) (order []int, claimed int) {
+// activity tasks were claimed from the queue after hold started. If
+// keepSlot, the engine's only step slot is taken, so that the steps of its
+// runs keep their activities' slots (see Engine.resolve).
+func queueBehindTheOnlySlot(t *testing.T, holdAsJob, keepSlot bool) (order []int, claimed int) {
 	holdStarted, holdRelease = make(chan struct{}, 1), make(chan struct{})
 	noted = nil
 	sc := &stepCounter{}
@@ -92,6 +95,15 @@ func queueBehindTheOnlySlot(t *testing.T, holdAsJob bool) (order []int, claimed 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	runUntilTestEnds(t, e)
+	if keepSlot {
+		var steps *semaphore
+		require.Eventually(t, func() bool {
+			steps = e.stepSlots(DefaultQueue)
+			return steps != nil
+		}, 10*time.Second, time.Millisecond, "the engine runs")
+		require.True(t, steps.tryAcquire(), "the only step slot is free")
+		defer steps.release()
+	}
 
 	var held *Run[int]
 	if holdAsJob {

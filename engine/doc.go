@@ -68,9 +68,12 @@
 //
 // [Engine.Run] blocks until its context is done. For each queue in
 // [Options].Queues it runs up to WorkflowConcurrency workflow tasks and
-// ActivityConcurrency activities at once (a fused step, below, runs in its
-// activity's slot; a cached run's wake, in slots of its own, up to twice the
-// workflow slots), and it runs the timer scanner (package timer), whose fires
+// ActivityConcurrency activities at once (an activity's outcome and the
+// fused step it leads to, below, take one of as many step slots of the
+// queue when one is free, so the activity's slot takes the next activity
+// while the step commits; a cached run's wake runs in slots of its own, up
+// to twice the workflow slots), and it runs the timer scanner (package
+// timer), whose fires
 // hand the tasks they make to this engine's free slots. Idle workers wait
 // for a notification, or for the backstop poll every [Options].PollInterval;
 // nothing polls in a tight loop.
@@ -110,11 +113,16 @@
 // that has its run in memory, the run applies the outcome there, at once,
 // and the outcome and the commands it gave are committed in one
 // transaction, fenced by the activity's attempt and the run's next event ID
-// (no workflow task is claimed). The step runs in the activity's slot, which
-// then runs the next activity the step scheduled on its queue; if it
+// (no workflow task is claimed). The step runs in the activity's goroutine,
+// in a step slot if one is free (the activity's slot is then free for the
+// queue's next activity at once), and then runs the next activity the
+// step scheduled on its queue, claimed by the step's transaction; if it
 // scheduled none there (the run waits on something else, or closes) and the
 // engine has activities waiting for a slot on that queue, the step's
-// transaction claims the queue's next task for the slot. If anything
+// transaction claims the queue's next task. That task takes an activity
+// slot when the step is done, waiting for one at most a second (or a tenth
+// of its lease); if none frees up, it goes back to its queue, its attempt
+// unspent. If anything
 // else reached the run meanwhile (a signal, a timer, another engine), the
 // commit changes nothing and the step is taken the ordinary way; what the
 // workflow logged in the refused attempt is dropped. Steps that start

@@ -99,11 +99,21 @@ type Options struct {
 // QueueOptions configure the workers of one queue.
 type QueueOptions struct {
 	// WorkflowConcurrency is how many workflow tasks run at once. Default 32.
-	// A fused step (see the package documentation) runs in the slot of the
-	// activity that finished, and a cached run woken by its timer in a wake
-	// slot (twice WorkflowConcurrency of them), not in one of these.
+	// A fused step (see the package documentation) runs in a step slot of
+	// its activity's queue, or in its activity's slot, and a cached run
+	// woken by its timer in a wake slot (twice WorkflowConcurrency of
+	// them), not in one of these.
 	WorkflowConcurrency int
 	// ActivityConcurrency is how many activities run at once. Default 32.
+	// An activity's outcome, and the step of its run that follows, take a
+	// step slot of the queue if one is free (ActivityConcurrency of them),
+	// so that the activity's slot is free for the next activity as soon as
+	// the activity returns. The step claims its run's next activity as it
+	// commits; that activity then waits for an activity slot, before the
+	// poller claims more (so the engine holds about twice
+	// ActivityConcurrency claimed activities at most), for up to a second
+	// or a tenth of its lease; if none frees up it goes back to the queue,
+	// its attempt unspent.
 	ActivityConcurrency int
 }
 

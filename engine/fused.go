@@ -30,11 +30,12 @@ type fusedOutcome struct {
 // cached run thus costs one transaction instead of two (outcome, then
 // workflow task), and no workflow task row is written.
 //
-// The workflow task runs in the activity's slot: it is the same goroutine,
-// one step later. fuse reports whether it took care of the outcome. It
-// returns the run's workflow task if it claimed one for the caller to run
-// (then), and the activity the step claimed for the slot (next): the next
-// one the step scheduled, or, if it scheduled none, the queue's next task
+// The workflow task runs in the activity's goroutine, one step later, in
+// the slot resolve gives it. fuse reports whether it took care of the
+// outcome. It returns the run's workflow task if it claimed one for the
+// caller to run (then), and the activity the step claimed for the
+// activity's slot (next): the next one the step scheduled, or, if it
+// scheduled none, the queue's next task
 // (store.CommitWorkflowTaskParams.ClaimNext). If it did not take care of
 // the outcome (the run is not cached, or moved on meanwhile), the caller
 // records the outcome on its own, and the run's next task reads its

@@ -43,6 +43,7 @@ type stepCounts struct {
 	claimed        int // workflow tasks claimed from the queue
 	claimedActs    int // activity tasks claimed from the queue
 	runReads       int // GetRun calls
+	givenBack      int // single activity tasks released (engine.reslot)
 }
 
 // count changes the counts under the lock.
@@ -115,6 +116,13 @@ func (s *stepCounter) ClaimActivityTasks(ctx context.Context, in store.ClaimPara
 	tasks, err := s.storage.ClaimActivityTasks(ctx, in)
 	s.count(func(n *stepCounts) { n.claimedActs += len(tasks) })
 	return tasks, err
+}
+
+func (s *stepCounter) ReleaseActivityTasks(ctx context.Context, in store.ReleaseParams) error {
+	if in.TaskID != 0 {
+		s.count(func(n *stepCounts) { n.givenBack++ })
+	}
+	return s.storage.ReleaseActivityTasks(ctx, in)
 }
 
 func (s *stepCounter) GetRun(ctx context.Context, runID string) (store.Run, error) {

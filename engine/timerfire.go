@@ -255,7 +255,7 @@ type wakeJob struct {
 }
 
 // runWake is the wake slots' work.
-func (f *timerFirer) runWake(ctx context.Context, j wakeJob) *wakeJob {
+func (f *timerFirer) runWake(ctx context.Context, j wakeJob, _ *slot) *wakeJob {
 	e := f.e
 	woke := e.wakeCached(ctx, j.x, j.task, j.w.seq)
 	later := e.wakes.end(j.w.runID)

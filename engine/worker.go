@@ -37,14 +37,16 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer cancelHard()
 
 	var tasks sync.WaitGroup // every task goroutine, polled or handed off
-	ps := &pools{wf: map[string]*workerPool[store.WorkflowTask]{}, act: map[string]*workerPool[store.ActivityTask]{}}
+	ps := &pools{wf: map[string]*workerPool[store.WorkflowTask]{}, act: map[string]*workerPool[store.ActivityTask]{},
+		steps: map[string]*semaphore{}}
 	wakeSlots := 0
 	for queue, qo := range e.opts.Queues {
-		ps.wf[queue] = newWorkerPool(hard, &tasks, qo.WorkflowConcurrency, func(ctx context.Context, t store.WorkflowTask) *store.WorkflowTask {
+		ps.wf[queue] = newWorkerPool(hard, &tasks, qo.WorkflowConcurrency, func(ctx context.Context, t store.WorkflowTask, _ *slot) *store.WorkflowTask {
 			e.processWorkflowTask(ctx, t)
 			return nil
 		})
 		ps.act[queue] = newWorkerPool(hard, &tasks, qo.ActivityConcurrency, e.runActivityTask)
+		ps.steps[queue] = newSemaphore(qo.ActivityConcurrency)
 		wakeSlots += 2 * qo.WorkflowConcurrency
 	}
 	firer := &timerFirer{e: e} // the scanner's store; its rescan is set below
@@ -150,12 +152,26 @@ type pools struct {
 	// runs in its activity's slot: a burst of wakes must not wait behind,
 	// or crowd out, the tasks the queues' slots run.
 	wake *workerPool[wakeJob]
+	// steps, by activity queue, are the slots in which the outcomes of a
+	// queue's activities and the steps they lead to run (see
+	// Engine.resolve), so that the activities' slots are free meanwhile.
+	// Like wakes, they neither wait behind nor crowd out the workflow
+	// tasks the queues' slots run.
+	steps map[string]*semaphore
 }
 
 // workflowPool returns the running pool of the queue, or nil.
 func (e *Engine) workflowPool(queue string) *workerPool[store.WorkflowTask] {
 	if ps := e.pools.Load(); ps != nil {
 		return ps.wf[queue]
+	}
+	return nil
+}
+
+// stepSlots returns the step slots of the running activity queue, or nil.
+func (e *Engine) stepSlots(queue string) *semaphore {
+	if ps := e.pools.Load(); ps != nil {
+		return ps.steps[queue]
 	}
 	return nil
 }
@@ -168,67 +184,24 @@ func (e *Engine) activityPool(queue string) *workerPool[store.ActivityTask] {
 	return nil
 }
 
-// workerPool runs tasks of one kind from one queue, at most cap(sem) at a
-// time. Tasks come from its poller, or are handed off by a transaction that
-// claimed them for this worker (a completion claiming the run's next
-// workflow task, a workflow task claiming the activities it scheduled).
+// workerPool runs tasks of one kind from one queue, at most cap of its
+// semaphore at a time. Tasks come from its poller, or are handed off by a
+// transaction that claimed them for this worker (a completion claiming the
+// run's next workflow task, a workflow task claiming the activities it
+// scheduled).
 type workerPool[T any] struct {
-	sem   chan struct{}
+	*semaphore
 	hard  context.Context
 	tasks *sync.WaitGroup
-	// work runs a task; it may return another that the slot runs next.
-	work func(ctx context.Context, t T) (next *T)
+	// work runs a task in slot s, which holds a slot of this pool; it may
+	// trade it for another pool's (see Engine.resolve). It may return
+	// another task for the slot to run next: s then holds a slot of this
+	// pool again.
+	work func(ctx context.Context, t T, s *slot) (next *T)
 }
 
-func newWorkerPool[T any](hard context.Context, tasks *sync.WaitGroup, slots int, work func(context.Context, T) *T) *workerPool[T] {
-	return &workerPool[T]{sem: make(chan struct{}, slots), hard: hard, tasks: tasks, work: work}
-}
-
-// tryAcquire reserves a slot if one is free.
-func (p *workerPool[T]) tryAcquire() bool {
-	select {
-	case p.sem <- struct{}{}:
-		return true
-	default:
-		return false
-	}
-}
-
-// acquireWithin reserves a slot, waiting up to d for one to free up.
-func (p *workerPool[T]) acquireWithin(ctx context.Context, d time.Duration) bool {
-	if p.tryAcquire() {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case p.sem <- struct{}{}:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return false
-}
-
-func (p *workerPool[T]) hasFree() bool { return len(p.sem) < cap(p.sem) }
-
-// tryAcquireUpTo reserves free slots, at most n, and returns how many.
-func (p *workerPool[T]) tryAcquireUpTo(n int) int {
-	got := 0
-	for got < n && p.tryAcquire() {
-		got++
-	}
-	return got
-}
-
-// release gives back a reserved slot that no task used.
-func (p *workerPool[T]) release() { <-p.sem }
-
-// releaseN gives back n reserved slots that no task used.
-func (p *workerPool[T]) releaseN(n int) {
-	for range n {
-		p.release()
-	}
+func newWorkerPool[T any](hard context.Context, tasks *sync.WaitGroup, slots int, work func(context.Context, T, *slot) *T) *workerPool[T] {
+	return &workerPool[T]{semaphore: newSemaphore(slots), hard: hard, tasks: tasks, work: work}
 }
 
 // start runs t in a reserved slot. It must be called by a task of the same
@@ -237,11 +210,104 @@ func (p *workerPool[T]) start(t T) {
 	p.tasks.Add(1)
 	go func() {
 		defer p.tasks.Done()
-		defer p.release()
+		s := &slot{held: p.semaphore}
+		defer s.release()
 		for next := &t; next != nil; {
-			next = p.work(p.hard, *next)
+			next = p.work(p.hard, *next, s)
 		}
 	}()
+}
+
+// semaphore counts a pool's busy slots. A slot given back goes to a task
+// waiting for one in acquireWithin, if there is one, before the poller: a
+// task already claimed runs before the next claim.
+type semaphore struct {
+	slots  chan struct{} // one element per busy slot
+	direct chan struct{} // unbuffered: a slot passed from release to a waiter
+}
+
+func newSemaphore(n int) *semaphore {
+	return &semaphore{slots: make(chan struct{}, n), direct: make(chan struct{})}
+}
+
+// tryAcquire reserves a slot if one is free.
+func (p *semaphore) tryAcquire() bool {
+	select {
+	case p.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// acquireWithin reserves a slot, waiting up to d for one to free up.
+func (p *semaphore) acquireWithin(ctx context.Context, d time.Duration) bool {
+	if p.tryAcquire() {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case p.slots <- struct{}{}:
+		return true
+	case <-p.direct:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+func (p *semaphore) hasFree() bool { return len(p.slots) < cap(p.slots) }
+
+// tryAcquireUpTo reserves free slots, at most n, and returns how many.
+func (p *semaphore) tryAcquireUpTo(n int) int {
+	got := 0
+	for got < n && p.tryAcquire() {
+		got++
+	}
+	return got
+}
+
+// release gives back a slot: to a task waiting in acquireWithin, or to the
+// pool.
+func (p *semaphore) release() {
+	select {
+	case p.direct <- struct{}{}:
+	default:
+		<-p.slots
+	}
+}
+
+// releaseN gives back n slots.
+func (p *semaphore) releaseN(n int) {
+	for range n {
+		p.release()
+	}
+}
+
+// slot is what a running task holds: a slot of its pool, one of another
+// pool it traded it for, or none (held is nil). Its goroutine releases it
+// when it ends.
+type slot struct{ held *semaphore }
+
+// trade holds a free slot of p instead of the one s holds, and reports
+// whether there was one.
+func (s *slot) trade(p *semaphore) bool {
+	if !p.tryAcquire() {
+		return false
+	}
+	s.release()
+	s.held = p
+	return true
+}
+
+// release gives back the slot s holds, if any.
+func (s *slot) release() {
+	if s.held != nil {
+		s.held.release()
+		s.held = nil
+	}
 }
 
 // pollLoop claims tasks of one kind on one queue whenever its pool has free
@@ -254,7 +320,7 @@ func pollLoop[T any](ctx context.Context, e *Engine, kind, queue string, p *work
 	errBackoff := 100 * time.Millisecond
 	for {
 		select {
-		case p.sem <- struct{}{}:
+		case p.slots <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
@@ -262,7 +328,7 @@ func pollLoop[T any](ctx context.Context, e *Engine, kind, queue string, p *work
 			p.release()
 			return
 		}
-		free := 1 + p.tryAcquireUpTo(cap(p.sem)-1)
+		free := 1 + p.tryAcquireUpTo(cap(p.slots)-1)
 		// A claim that commits must not be lost to a cancelled context, so
 		// claims are not cut short by ctx; they are short.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

@@ -529,10 +529,16 @@ type RetryActivityParams struct {
 }
 
 // ReleaseParams are the inputs of the Release methods: claims a worker gives
-// back unworked on shutdown.
+// back unworked, on shutdown, or one task it claimed for a slot that did not
+// free up in time.
 type ReleaseParams struct {
 	WorkerID string
 	Now      time.Time
+	// TaskID, if set, gives back only that activity task, and only while
+	// the worker holds it as attempt Attempt (ReleaseActivityTasks alone
+	// reads them).
+	TaskID  int64
+	Attempt int
 }
 
 // Store is the engine's view of its database. Users never implement it.
@@ -614,6 +620,7 @@ type Store interface {
 	RedriveDeadLetter(ctx context.Context, in RedriveParams) (RedriveResult, error)
 
 	// ReleaseActivityTasks gives back, without spending an attempt, the
-	// activity tasks the worker holds, and notifies.
+	// activity tasks the worker holds (or the one in.TaskID names), and
+	// notifies. A claim the worker no longer holds is left alone.
 	ReleaseActivityTasks(ctx context.Context, in ReleaseParams) error
 }

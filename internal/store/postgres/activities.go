@@ -234,10 +234,28 @@ WITH rel AS (
 )
 SELECT count(pg_notify('durable', 'a:' || queue)) FROM (SELECT DISTINCT queue FROM rel) q`
 
+// releaseActivityTaskSQL gives back one task, fenced by its attempt.
+const releaseActivityTaskSQL = `
+WITH rel AS (
+    UPDATE durable_activity_tasks
+    SET locked_by = NULL, locked_until = NULL, run_after = @now,
+        max_attempts = CASE WHEN max_attempts > 0 THEN max_attempts + 1 ELSE 0 END
+    WHERE id = @task AND attempt = @attempt AND locked_by = @worker AND locked_until > @now
+    RETURNING queue
+)
+SELECT count(pg_notify('durable', 'a:' || queue)) FROM rel`
+
 // ReleaseActivityTasks implements store.Store.
 func (s *Store) ReleaseActivityTasks(ctx context.Context, in store.ReleaseParams) error {
+	sql, args := releaseActivityTasksSQL, namedArgs{"worker": in.WorkerID, "now": in.Now}
+	if in.TaskID != 0 {
+		sql, args["task"], args["attempt"] = releaseActivityTaskSQL, in.TaskID, in.Attempt
+	}
 	var n int
-	if err := s.db.QueryRow(ctx, releaseActivityTasksSQL, namedArgs{"worker": in.WorkerID, "now": in.Now}).Scan(&n); err != nil {
+	if err := s.db.QueryRow(ctx, sql, args).Scan(&n); err != nil {
+		if in.TaskID != 0 {
+			return fmt.Errorf("release activity task %d (attempt %d) of worker %s: %w", in.TaskID, in.Attempt, in.WorkerID, err)
+		}
 		return fmt.Errorf("release activity tasks of worker %s: %w", in.WorkerID, err)
 	}
 	return nil

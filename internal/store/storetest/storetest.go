@@ -68,6 +68,7 @@ var cases = []struct {
 	{"CommitRacingCompletionLeavesTaskReady", testCommitRacingCompletionLeavesTaskReady},
 	{"FailWorkflowTaskKeepsErrorAndDelays", testFailWorkflowTaskKeepsErrorAndDelays},
 	{"ReleaseGivesBackClaims", testReleaseGivesBackClaims},
+	{"ReleaseOneTaskIsFencedByItsAttempt", testReleaseOneTask},
 	{"NextDue", testNextDue},
 	{"ConcurrentWorkflowClaimsNeverShareATask", testConcurrentWorkflowClaimsNeverShareATask},
 

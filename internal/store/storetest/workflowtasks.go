@@ -454,6 +454,30 @@ func testReleaseGivesBackClaims(t *testing.T, b *bundle) {
 	}), store.ErrLeaseLost, "the released claim is fenced once the task is claimed again")
 }
 
+func testReleaseOneTask(t *testing.T, b *bundle) {
+	b.runWithActivities(t, "order-1", 2, 3)
+	mine := b.claimActivity(t, "worker-1", 2, b.now)
+	require.Len(t, mine, 2)
+	one, other := mine[0], mine[1]
+
+	now := b.now.Add(time.Second)
+	stale := store.ReleaseParams{WorkerID: "worker-1", Now: now, TaskID: one.ID, Attempt: one.Attempt + 1}
+	require.NoError(t, b.s.ReleaseActivityTasks(b.ctx, stale))
+	require.Empty(t, b.claimActivity(t, "worker-2", 10, now), "a release of another attempt gives nothing back")
+	notMine := store.ReleaseParams{WorkerID: "worker-2", Now: now, TaskID: one.ID, Attempt: one.Attempt}
+	require.NoError(t, b.s.ReleaseActivityTasks(b.ctx, notMine))
+	require.Empty(t, b.claimActivity(t, "worker-2", 10, now), "a release by another worker gives nothing back")
+
+	release := store.ReleaseParams{WorkerID: "worker-1", Now: now, TaskID: one.ID, Attempt: one.Attempt}
+	require.NoError(t, b.s.ReleaseActivityTasks(b.ctx, release))
+	back := b.claimActivity(t, "worker-2", 10, now)
+	require.Len(t, back, 1, "only the named task was given back")
+	require.Equal(t, one.ID, back[0].ID)
+	require.Equal(t, one.MaxAttempts-one.Attempt, back[0].MaxAttempts-back[0].Attempt, "the released attempt was not spent")
+	require.ErrorIs(t, b.resolve(completion(one, now)), store.ErrLeaseLost, "the released claim is fenced")
+	require.NoError(t, b.resolve(completion(other, now)), "the other claim is still worker-1's")
+}
+
 func testNextDue(t *testing.T, b *bundle) {
 	requireDue := func(kind, queue string, want time.Time) {
 		t.Helper()
