@@ -348,7 +348,10 @@ func TestClaimReadsHistoriesTogether(t *testing.T) {
 func TestCachedStepsAreFused(t *testing.T) {
 	t.Parallel()
 	sc := &stepCounter{}
-	e := fusedEngine(t, sc, &syncbuf.Buffer{})
+	// The backstop (every PollInterval) asks which waited runs have closed;
+	// run between a close's commit and its delivery here, it would wake
+	// Result to read the run. It stays out of the way of this count.
+	e := fusedEngine(t, sc, &syncbuf.Buffer{}, func(o *Options) { o.PollInterval = time.Hour })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	run := func(n int) *Run[int] { return runToEnd(ctx, t, e, threeIncrs, n, n+3) }
