@@ -306,9 +306,9 @@ func TestCloseKeyCarriesTheOutcome(t *testing.T) {
 	require.Equal(t, "c:run-5", e.closeKey("run-5", &store.CloseRun{Status: store.StatusCompleted}), "a codec: no outcome")
 }
 
-// The histories of the runs a claim takes that are not cached are read in
-// one statement, not one per task.
-func TestClaimReadsHistoriesTogether(t *testing.T) {
+// The histories of runs started by a client come with the claim of their
+// first tasks: no task reads its own.
+func TestClaimBringsFirstTasksHistories(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	client, err := New(pool, Options{Logger: slog.New(slog.DiscardHandler)})
@@ -337,6 +337,57 @@ func TestClaimReadsHistoriesTogether(t *testing.T) {
 	}
 	n := sc.snap()
 	require.Equal(t, len(runs), n.claimed, "one claim took the six first tasks")
+	require.Zero(t, n.batchReads, "the claim brought the histories")
+	require.Zero(t, n.reads, "no task read its own history")
+}
+
+// The histories of the runs a claim takes past their first tasks that are
+// not cached (here: their engine stopped) are read in one statement, not
+// one per task.
+func TestClaimReadsUncachedHistoriesTogether(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	newWorker := func(wrap func(storage) storage) *Engine {
+		e, err := New(pool, Options{Logger: slog.New(slog.DiscardHandler), wrapStorage: wrap})
+		require.NoError(t, err)
+		require.NoError(t, RegisterWorkflow(e, incrWaitIncr, WorkflowOptions{}))
+		require.NoError(t, RegisterActivity(e, incr, activity.Options{}))
+		return e
+	}
+	first := newWorker(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	runs := make([]*Run[int], 6)
+	for i := range runs {
+		var err error
+		runs[i], err = Start(ctx, first, incrWaitIncr, i, StartOptions{})
+		require.NoError(t, err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- first.Run(rctx) }()
+	for _, r := range runs {
+		require.Eventually(t, func() bool { // the first step is done: the run waits for "add"
+			events, err := r.History(ctx)
+			return err == nil && len(events) == 3
+		}, 20*time.Second, 5*time.Millisecond)
+	}
+	stop()
+	require.NoError(t, <-done)
+	for _, r := range runs {
+		require.NoError(t, Signal(ctx, first, r.WorkflowID, "add", 10))
+	}
+
+	sc := &stepCounter{}
+	second := newWorker(func(s storage) storage { sc.storage = s; return sc })
+	runUntilTestEnds(t, second)
+	for i, r := range runs {
+		got, err := r.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, i+12, got)
+	}
+	n := sc.snap()
+	require.Equal(t, len(runs), n.claimed, "one claim took the six tasks")
 	require.Equal(t, 1, n.batchReads)
 	require.Zero(t, n.reads, "no task read its own history")
 }

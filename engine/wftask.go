@@ -118,10 +118,13 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		e.metrics.cache.WithLabelValues("miss").Inc()
 		x = e.newExecutor(t, def)
 	}
-	// A hand-off carries the event it appended: if the cached run ends just
-	// before it, there is nothing else to read.
+	// A hand-off carries the events it appended, a claim the whole history
+	// of a run's first task: if they go on from where the run's executor
+	// is, there is nothing else to read.
 	events, err := t.Events, error(nil)
-	if len(events) == 0 || events[0].ID != x.LastEventID()+1 {
+	if next := x.LastEventID() + 1; len(events) > 0 && events[0].ID <= next && next <= events[len(events)-1].ID {
+		events = events[next-events[0].ID:]
+	} else {
 		events, err = e.readEvents(ctx, t.RunID, x.LastEventID())
 	}
 	before := x.LastEventID() // the history this worker had seen

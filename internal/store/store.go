@@ -219,8 +219,10 @@ type WorkflowTask struct {
 	ParentRunID string
 	// Events, when set by a hand-off, are the events the handing
 	// transaction appended; a worker whose cached run ends just before them
-	// need not read the history. The engine also sets them to a whole
-	// history it read for several claimed tasks at once.
+	// need not read the history. ClaimWorkflowTasks sets them to the whole
+	// history of a run whose first task it claimed (no task had consumed
+	// an event past the start), read after the claim. The engine also sets
+	// them to a whole history it read for several claimed tasks at once.
 	Events []history.Event
 }
 

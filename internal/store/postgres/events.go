@@ -33,42 +33,57 @@ WHERE run_id = ANY($1::uuid[])
 ORDER BY durable_events.run_id, event_id`
 
 // ListEventsOfRuns returns the whole histories of runs, by run ID, in one
-// statement; a run without events is absent. An event that does not decode
-// fails the whole read (the caller can read run by run to find it).
-func (s *Store) ListEventsOfRuns(ctx context.Context, runIDs []string) (map[string][]history.Event, error) {
-	byRun := make(map[string][]history.Event, len(runIDs))
-	var undecodable error // names its run, as it is
-	err := s.query(ctx, listEventsOfRunsSQL, func(rows pgx.Rows) error {
-		for rows.Next() {
-			var runID string
-			ev, err := scanEvent(rows, &runID)
-			if err != nil {
-				undecodable = fmt.Errorf("list events of run %s: %w", runID, err)
-				return undecodable
-			}
-			byRun[runID] = append(byRun[runID], ev)
-		}
-		return rows.Err()
+// statement; a run without events is absent, and so is a run with an event
+// that does not decode (the caller reads it on its own, and meets the
+// error there).
+func (s *Store) ListEventsOfRuns(ctx context.Context, runIDs []string) (byRun map[string][]history.Event, err error) {
+	err = s.query(ctx, listEventsOfRunsSQL, func(rows pgx.Rows) (err error) {
+		byRun, err = scanHistories(rows)
+		return err
 	}, uuidArray(runIDs))
-	switch {
-	case undecodable != nil:
-		return nil, undecodable
-	case err != nil:
+	if err != nil {
 		return nil, fmt.Errorf("list events of %d runs: %w", len(runIDs), err)
 	}
 	return byRun, nil
 }
 
-// scanEvent reads a row of event_id, type, attributes and created_at,
-// after the columns in before.
-func scanEvent(row pgx.CollectableRow, before ...any) (history.Event, error) {
+// scanHistories reads rows of run_id, event_id, type, attributes and
+// created_at, ordered by run and event, into histories by run, leaving out
+// the runs with an event that does not decode.
+func scanHistories(rows pgx.Rows) (map[string][]history.Event, error) {
+	byRun := map[string][]history.Event{}
+	bad := map[string]bool{}
+	for rows.Next() {
+		var (
+			runID, typ string
+			id         int64
+			attrs      []byte
+			at         time.Time
+		)
+		if err := rows.Scan(&runID, &id, &typ, &attrs, &at); err != nil {
+			return nil, err
+		}
+		a, err := history.Decode(typ, attrs)
+		switch {
+		case err != nil:
+			bad[runID] = true
+			delete(byRun, runID)
+		case !bad[runID]:
+			byRun[runID] = append(byRun[runID], history.Event{ID: id, Time: at, Attributes: a})
+		}
+	}
+	return byRun, rows.Err()
+}
+
+// scanEvent reads a row of event_id, type, attributes and created_at.
+func scanEvent(row pgx.CollectableRow) (history.Event, error) {
 	var (
 		id    int64
 		typ   string
 		attrs []byte
 		at    time.Time
 	)
-	if err := row.Scan(append(before, &id, &typ, &attrs, &at)...); err != nil {
+	if err := row.Scan(&id, &typ, &attrs, &at); err != nil {
 		return history.Event{}, err
 	}
 	a, err := history.Decode(typ, attrs)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
 )
 
@@ -31,18 +32,36 @@ WHERE t.run_id = c.run_id AND r.run_id = t.run_id
 RETURNING t.run_id::text, r.workflow_id, r.workflow_type, t.queue, t.token, r.processed_event_id, t.attempts,
     coalesce(r.trace_context, ''), coalesce(r.parent_run_id::text, '')`
 
-// The claim returns no events on purpose. A row a claim locks may have
-// been released by a commit that landed after the claim's snapshot was
-// taken (Postgres then updates the newest version of the row), and anything
-// else the statement reads, the run row and its events included, is from
-// the older snapshot. A version that returned the run's new events here
-// handed one worker a history without the commit's events, and it appended
-// them a second time (the chaos rig's long run caught it). The worker reads
-// the history itself, after the claim.
+// The claim statement returns no events on purpose. A row a claim locks
+// may have been released by a commit that landed after the claim's
+// snapshot was taken (Postgres then updates the newest version of the row),
+// and anything else the statement reads, the run row and its events
+// included, is from the older snapshot. A version that returned the run's
+// new events from the claim statement handed one worker a history without
+// the commit's events, and it appended them a second time (the chaos rig's
+// long run caught it).
+//
+// claimedFirstHistoriesSQL reads them in a statement of its own instead,
+// sent with the claim and run in its transaction after it: a statement
+// takes a new snapshot, which holds every commit the claim waited for, and
+// sees the claim's own updates, by which it finds the claimed tasks (their
+// queue and run_after, in the index the claim used, and the worker). It
+// reads the histories of the runs whose first task the claim took (no
+// workflow task has consumed an event past the start): runs started by a
+// client, which no worker has cached. The worker reads the others itself,
+// after the claim, from where its cache ends.
+const claimedFirstHistoriesSQL = `
+SELECT e.run_id::text, e.event_id, e.type, e.attributes, e.created_at
+FROM durable_workflow_tasks t
+JOIN durable_runs r ON r.run_id = t.run_id AND r.processed_event_id <= 1
+JOIN durable_events e ON e.run_id = t.run_id
+WHERE t.queue = @queue AND t.run_after = @until AND t.locked_by = @worker
+ORDER BY e.run_id, e.event_id`
 
-// ClaimWorkflowTasks implements store.Store.
+// ClaimWorkflowTasks implements store.Store. The claim and the read of the
+// claimed first tasks' histories go in one round trip and transaction.
 func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
-	tasks, err := queryIndexed(ctx, s, claimWorkflowTasksSQL, namedArgs{
+	args := namedArgs{
 		"queue":    in.Queue,
 		"now":      in.Now,
 		"limit":    in.Limit,
@@ -50,13 +69,32 @@ func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([
 		"until":    in.Now.Add(in.Lease),
 		"any_type": in.Types == nil,
 		"types":    arrayArg(in.Types),
-	}, func(row pgx.CollectableRow) (store.WorkflowTask, error) {
-		var t store.WorkflowTask
-		err := row.Scan(&t.RunID, &t.WorkflowID, &t.WorkflowType, &t.Queue, &t.Token, &t.ProcessedEventID, &t.Attempts, &t.TraceContext, &t.ParentRunID)
-		return t, err
+	}
+	var (
+		tasks []store.WorkflowTask
+		byRun map[string][]history.Event
+	)
+	b := &pgx.Batch{}
+	if s.db == dbtx(s.pool) {
+		b.Queue(indexPlans)
+	}
+	b.Queue(claimWorkflowTasksSQL, args).Query(func(rows pgx.Rows) (err error) {
+		tasks, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkflowTask, error) {
+			var t store.WorkflowTask
+			err := row.Scan(&t.RunID, &t.WorkflowID, &t.WorkflowType, &t.Queue, &t.Token, &t.ProcessedEventID, &t.Attempts, &t.TraceContext, &t.ParentRunID)
+			return t, err
+		})
+		return err
 	})
-	if err != nil {
+	b.Queue(claimedFirstHistoriesSQL, args).Query(func(rows pgx.Rows) (err error) {
+		byRun, err = scanHistories(rows)
+		return err
+	})
+	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("claim workflow tasks on queue %q: %w", in.Queue, err)
+	}
+	for i := range tasks {
+		tasks[i].Events = byRun[tasks[i].RunID]
 	}
 	return tasks, nil
 }

@@ -59,6 +59,7 @@ var cases = []struct {
 	// workflowtasks.go
 	{"ClaimSkipsLockedTask", testClaimSkipsLockedTask},
 	{"ClaimRespectsLimitAndQueue", testClaimRespectsLimitAndQueue},
+	{"ClaimReturnsAFirstTasksHistory", testClaimReturnsAFirstTasksHistory},
 	{"ExpiredLeaseIsClaimedAgainWithNewToken", testExpiredLeaseIsClaimedAgainWithNewToken},
 	{"CommitRejectsStaleToken", testCommitRejectsStaleToken},
 	{"CommitAppendsEventsCreatesActivitiesAndDeletesTask", testCommitAppendsEventsCreatesActivitiesAndDeletesTask},

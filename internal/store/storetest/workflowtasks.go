@@ -49,6 +49,37 @@ func testClaimRespectsLimitAndQueue(t *testing.T, b *bundle) {
 	require.Equal(t, "other", task.Queue)
 }
 
+// A claim returns the whole history of a run whose first task it takes,
+// read after the claim (a signal that came first included); a later task's
+// history is the worker's to read, from where its cache of the run ends.
+func testClaimReturnsAFirstTasksHistory(t *testing.T, b *bundle) {
+	run := b.createRun(t, "order-1", wfQueue)
+	_, err := b.s.SignalRun(b.ctx, store.SignalParams{WorkflowID: run.WorkflowID, Now: b.now},
+		history.SignalReceived{Name: "rush", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	other := b.createRun(t, "order-2", wfQueue)
+	got := map[string][]history.Event{}
+	for _, task := range b.claimWorkflow(t, wfQueue, worker, 10, b.now) {
+		got[task.RunID] = task.Events
+	}
+	require.Equal(t, map[string][]history.Event{run.RunID: b.events(t, run.RunID), other.RunID: b.events(t, other.RunID)}, got)
+	require.Equal(t, []string{"workflow_started", "signal_received"}, eventTypes(got[run.RunID]))
+
+	later, task, _ := b.runWithClaimedTask(t, "order-3")
+	now := b.now.Add(2 * time.Second)
+	_, err = b.s.CommitWorkflowTask(b.ctx, store.CommitWorkflowTaskParams{
+		RunID: later.RunID, Token: task.Token, ProcessedEventID: 4, Now: now,
+		Events: []history.Attributes{history.SideEffectRecorded{Seq: 3, Value: json.RawMessage(`1`)}},
+	})
+	require.NoError(t, err)
+	_, err = b.s.SignalRun(b.ctx, store.SignalParams{WorkflowID: later.WorkflowID, Now: now},
+		history.SignalReceived{Name: "rush", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	again := b.claimOneWorkflow(t, wfQueue, now)
+	require.Equal(t, later.RunID, again.RunID)
+	require.Empty(t, again.Events, "the run's first task consumed its events: the worker may have them cached")
+}
+
 func testExpiredLeaseIsClaimedAgainWithNewToken(t *testing.T, b *bundle) {
 	run := b.createRun(t, "order-1", wfQueue)
 	first := b.claimOneWorkflow(t, wfQueue, b.now)
