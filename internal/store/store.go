@@ -220,8 +220,8 @@ type WorkflowTask struct {
 	// Events, when set by a hand-off, are the events the handing
 	// transaction appended; a worker whose cached run ends just before them
 	// need not read the history. ClaimWorkflowTasks sets them to the whole
-	// history of a run whose first task it claimed (no task had consumed
-	// an event past the start), read after the claim. The engine also sets
+	// history of a run whose first task it claimed (no workflow task had
+	// consumed an event), read after the claim. The engine also sets
 	// them to a whole history it read for several claimed tasks at once.
 	Events []history.Event
 }

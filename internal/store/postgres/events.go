@@ -1,8 +1,10 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,8 +50,8 @@ func (s *Store) ListEventsOfRuns(ctx context.Context, runIDs []string) (byRun ma
 }
 
 // scanHistories reads rows of run_id, event_id, type, attributes and
-// created_at, ordered by run and event, into histories by run, leaving out
-// the runs with an event that does not decode.
+// created_at into histories by run, each in event order, leaving out the
+// runs with an event that does not decode.
 func scanHistories(rows pgx.Rows) (map[string][]history.Event, error) {
 	byRun := map[string][]history.Event{}
 	bad := map[string]bool{}
@@ -71,6 +73,9 @@ func scanHistories(rows pgx.Rows) (map[string][]history.Event, error) {
 		case !bad[runID]:
 			byRun[runID] = append(byRun[runID], history.Event{ID: id, Time: at, Attributes: a})
 		}
+	}
+	for _, events := range byRun {
+		slices.SortFunc(events, func(a, b history.Event) int { return cmp.Compare(a.ID, b.ID) })
 	}
 	return byRun, rows.Err()
 }

@@ -47,16 +47,17 @@ RETURNING t.run_id::text, r.workflow_id, r.workflow_type, t.queue, t.token, r.pr
 // sees the claim's own updates, by which it finds the claimed tasks (their
 // queue and run_after, in the index the claim used, and the worker). It
 // reads the histories of the runs whose first task the claim took (no
-// workflow task has consumed an event past the start): runs started by a
-// client, which no worker has cached. The worker reads the others itself,
-// after the claim, from where its cache ends.
+// workflow task has consumed an event): runs started by a client, which no
+// worker has cached. The worker reads the others itself, after the claim,
+// from where its cache ends. The rows come in no order (an ORDER BY would
+// have the planner, held off sorts, walk the tasks' primary key instead):
+// scanHistories orders them.
 const claimedFirstHistoriesSQL = `
 SELECT e.run_id::text, e.event_id, e.type, e.attributes, e.created_at
 FROM durable_workflow_tasks t
-JOIN durable_runs r ON r.run_id = t.run_id AND r.processed_event_id <= 1
+JOIN durable_runs r ON r.run_id = t.run_id AND r.processed_event_id = 0
 JOIN durable_events e ON e.run_id = t.run_id
-WHERE t.queue = @queue AND t.run_after = @until AND t.locked_by = @worker
-ORDER BY e.run_id, e.event_id`
+WHERE t.queue = @queue AND t.run_after = @until AND t.locked_by = @worker`
 
 // ClaimWorkflowTasks implements store.Store. The claim and the read of the
 // claimed first tasks' histories go in one round trip and transaction.
