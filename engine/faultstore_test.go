@@ -96,8 +96,8 @@ func (f *faultInjector) force(method string, fates ...fate) {
 	f.scripts[method] = append(f.scripts[method], fates...)
 }
 
-// roll draws the fate of one call.
-func (f *faultInjector) roll(method string, write bool) fate {
+// roll draws the fate of one call, and says whether a script (force) set it.
+func (f *faultInjector) roll(method string, write bool) (fate, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[method]++
@@ -106,7 +106,7 @@ func (f *faultInjector) roll(method string, write bool) fate {
 		if s[0] == fateBefore {
 			f.before[method]++
 		}
-		return s[0]
+		return s[0], true
 	}
 	r := f.streams[method]
 	if r == nil {
@@ -118,11 +118,18 @@ func (f *faultInjector) roll(method string, write bool) fate {
 	switch u := r.Float64(); {
 	case u < f.rate:
 		f.before[method]++
-		return fateBefore
+		return fateBefore, false
 	case write && u < 2*f.rate:
-		return fateAfter
+		return fateAfter, false
 	}
-	return fateNone
+	return fateNone, false
+}
+
+// unspend puts a scripted fate back first in method's script.
+func (f *faultInjector) unspend(method string, ft fate) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.scripts[method] = append([]fate{ft}, f.scripts[method]...)
 }
 
 // ambiguous counts an after-fault injected on a call of method for key
@@ -204,7 +211,7 @@ func (s *faultStore) WithTx(tx pgx.Tx) storage {
 
 // read runs a read, failing it before it runs by the method's fate.
 func read[T any](s *faultStore, method string, call func() (T, error)) (T, error) {
-	if s.f.roll(method, false) == fateBefore {
+	if ft, _ := s.f.roll(method, false); ft == fateBefore {
 		var zero T
 		return zero, &injectedError{method: method}
 	}
@@ -214,14 +221,20 @@ func read[T any](s *faultStore, method string, call func() (T, error)) (T, error
 // write runs a write by the method's fate; key (a workflow ID or job key,
 // or empty) is what the write is for, to count ambiguous commits by key.
 func write[T any](s *faultStore, method, key string, call func() (T, error)) (T, error) {
-	ft := s.f.roll(method, true)
+	ft, scripted := s.f.roll(method, true)
 	if ft == fateBefore {
 		var zero T
 		return zero, &injectedError{method: method}
 	}
 	v, err := call()
+	if err != nil && ft == fateAfter && scripted {
+		// A real failure has nothing to make ambiguous; a forced
+		// ambiguous commit waits for a write that commits. (A step
+		// whose lease ran out on a loaded machine took one in CI.)
+		s.f.unspend(method, ft)
+	}
 	if err != nil || ft != fateAfter {
-		return v, err // a real failure has nothing to make ambiguous
+		return v, err
 	}
 	var zero T
 	return zero, s.f.ambiguous(method, key) // a timeout returns nothing
