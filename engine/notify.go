@@ -30,9 +30,7 @@ func (e *Engine) announce(r store.Ready) {
 	if r.ClosedRun != "" {
 		// Only this engine waits for a run it started and nobody else said
 		// they wait for (store.Run.Waiter): it learns of the close below.
-		// A close that committed alone sent its notification itself
-		// (store.CommitWorkflowTaskParams.Notice).
-		if (r.Closed == nil || r.CloseWaiter != e.hub.id) && !r.Noticed {
+		if r.Closed == nil || r.CloseWaiter != e.hub.id {
 			keys = append(keys, e.closeKey(r.ClosedRun, r.Closed))
 		}
 		if r.Closed != nil {

@@ -176,10 +176,6 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 	}
 	commit, err := e.commitParams(t, x.LastEventID(), cmds, now)
 	commit.CloseChildren = commit.Close != nil && x.HasChildren()
-	if commit.Close != nil {
-		// A close that commits alone carries its notification (announce).
-		commit.Notice, commit.NoticeSkip = e.closeKey(t.RunID, commit.Close), e.hub.id
-	}
 	if err != nil {
 		x.Close()
 		if fused != nil { // the plain path replays the task and fails it

@@ -144,9 +144,6 @@ type Ready struct {
 	ActivityTasks []ActivityTask
 	// Next is the task CommitWorkflowTaskParams.ClaimNext claimed, if any.
 	Next *ActivityTask
-	// Noticed says the write's transaction sent
-	// CommitWorkflowTaskParams.Notice.
-	Noticed bool
 }
 
 // ClaimParams are the inputs of the Claim methods.
@@ -288,15 +285,7 @@ type CommitWorkflowTaskParams struct {
 	CloseChildren bool
 	// Close, if set, closes the run with this status.
 	Close *CloseRun
-	// Notice, with Close, is the close's notification for its waiters in
-	// other processes (a NOTIFY payload). A store that commits the write
-	// in a transaction of its own sends it in that transaction, if the
-	// close took effect as Close says and the run's Waiter is not
-	// NoticeSkip, and sets Ready.Noticed: it is then delivered as the
-	// close commits, without a transaction of its own after it. The store
-	// may ignore it.
-	Notice, NoticeSkip string
-	Now                time.Time
+	Now   time.Time
 	// Outcome, if set, records an activity's outcome or a timer's firing in
 	// the same transaction (a fused step): the worker that ran the activity,
 	// or whose clock the timer came due on, had the run in memory and ran

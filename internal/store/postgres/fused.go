@@ -104,7 +104,7 @@ SELECT (SELECT count(*) FROM act), (SELECT count(*) FROM run), (SELECT first_id 
 }
 
 // commitFused runs a fused step. args are CommitWorkflowTask's.
-func (s *Store) commitFused(ctx context.Context, in store.CommitWorkflowTaskParams, args namedArgs, notice bool, ready *store.Ready) (claimedActivities, error) {
+func (s *Store) commitFused(ctx context.Context, in store.CommitWorkflowTaskParams, args namedArgs, ready *store.Ready) (claimedActivities, error) {
 	if !in.Fusable() {
 		return nil, fmt.Errorf("commit workflow task of run %s: an outcome cannot be fused with this commit (cancellations, children, continue-as-new or a close other than completion)", in.RunID)
 	}
@@ -126,13 +126,13 @@ func (s *Store) commitFused(ctx context.Context, in store.CommitWorkflowTaskPara
 		first     *int64
 		claimed   claimedActivities
 	)
-	next, noticed, err := s.queryRowClaiming(ctx, in.RunID, sql, many, args, in.ClaimNext, notice, func(row pgx.Row) error {
+	next, err := s.queryRowClaiming(ctx, in.RunID, sql, many, args, in.ClaimNext, func(row pgx.Row) error {
 		if in.Close != nil { // a close says who may wait for it
 			return row.Scan(&found, &ok, &first, &ready.ActivityQueues, &claimed, &ready.TimerAt, &ready.CloseWaiter)
 		}
 		return row.Scan(&found, &ok, &first, &ready.ActivityQueues, &claimed, &ready.TimerAt)
 	})
-	ready.Next, ready.Noticed = next, noticed // the slot's, whatever became of the write
+	ready.Next = next // the slot's, whatever became of the write
 	switch {
 	case err != nil && kind == 1:
 		return nil, fmt.Errorf("commit workflow task of run %s with the firing of timer %d: %w", in.RunID, o.TimerSeq, translate(err))

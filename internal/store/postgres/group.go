@@ -44,12 +44,7 @@ type groupReq struct {
 	// set before done.
 	claim *store.ClaimParams
 	next  *store.ActivityTask
-	// notice, if set, sends the close notification in args (@notice) in
-	// the write's transaction when the write commits alone
-	// (store.CommitWorkflowTaskParams.Notice); noticed says it was sent,
-	// set before done.
-	notice, noticed bool
-	done            chan error
+	done  chan error
 }
 
 // StartGroupCommit makes CommitWorkflowTask, ResolveActivity and eager
@@ -82,24 +77,22 @@ func (s *Store) writeRow(ctx context.Context, key, sql string, args namedArgs, s
 // queryRowMany is writeRow for a write that a group may do together with
 // others of its kind, in many's one statement.
 func (s *Store) queryRowMany(ctx context.Context, key, sql string, many *manyStmt, args namedArgs, scan func(pgx.Row) error) error {
-	_, _, err := s.queryRowClaiming(ctx, key, sql, many, args, nil, false, scan)
+	_, err := s.queryRowClaiming(ctx, key, sql, many, args, nil, scan)
 	return err
 }
 
 // queryRowClaiming is queryRowMany that, when the write is grouped, also
-// claims an activity task in its transaction as claim asks, and returns
-// it; and with notice, when the write commits alone, sends the close
-// notification in args in its transaction and says so (noticed).
+// claims an activity task in its transaction as claim asks, and returns it.
 func (s *Store) queryRowClaiming(ctx context.Context, key, sql string, many *manyStmt, args namedArgs,
-	claim *store.ClaimParams, notice bool, scan func(pgx.Row) error) (next *store.ActivityTask, noticed bool, err error) {
+	claim *store.ClaimParams, scan func(pgx.Row) error) (*store.ActivityTask, error) {
 	if g := s.group.Load(); g != nil && s.db == dbtx(s.pool) {
-		r := &groupReq{ctx: ctx, key: key, sql: sql, args: args, scan: scan, many: many, claim: claim, notice: notice, done: make(chan error, 1)}
+		r := &groupReq{ctx: ctx, key: key, sql: sql, args: args, scan: scan, many: many, claim: claim, done: make(chan error, 1)}
 		if g.submit(r) {
 			err := <-r.done
-			return r.next, r.noticed, err
+			return r.next, err
 		}
 	}
-	return nil, false, s.queryRow(ctx, sql, scan, args)
+	return nil, s.queryRow(ctx, sql, scan, args)
 }
 
 func (g *grouper) submit(r *groupReq) bool {
@@ -163,7 +156,7 @@ func (g *grouper) flush() {
 }
 
 func (g *grouper) commit(batch []*groupReq) {
-	if len(batch) == 1 && batch[0].claim == nil && !batch[0].notice {
+	if len(batch) == 1 && batch[0].claim == nil {
 		r := batch[0]
 		r.done <- g.s.queryRow(r.ctx, r.sql, r.scan, r.args)
 		return
@@ -209,17 +202,6 @@ func (g *grouper) commit(batch []*groupReq) {
 	// The claims go last: they never wait for a lock (SKIP LOCKED), so a
 	// transaction that holds their locks waits for nothing more.
 	queueClaims(b, batch)
-	if r := batch[0]; len(batch) == 1 && r.notice {
-		// Alone, the write's transaction carries its close notification:
-		// one NOTIFY at one commit. Two flushers' groups that each notified
-		// would queue for the notification lock at their commits.
-		b.Queue(closeNoticeSQL, r.args).QueryRow(func(row pgx.Row) error {
-			var n int
-			err := row.Scan(&n)
-			r.noticed = err == nil && n > 0
-			return err
-		})
-	}
 	err := g.s.pool.SendBatch(ctx, b).Close()
 	if err == nil {
 		for _, m := range kinds {
@@ -234,13 +216,13 @@ func (g *grouper) commit(batch []*groupReq) {
 	}
 	if errors.Is(err, context.Canceled) {
 		for _, r := range batch {
-			r.next, r.noticed = nil, false
+			r.next = nil
 			r.done <- err
 		}
 		return
 	}
-	for _, r := range batch { // find the bad write: each on its own; nothing was claimed or sent
-		r.next, r.noticed = nil, false
+	for _, r := range batch { // find the bad write: each on its own; nothing was claimed
+		r.next = nil
 		r.done <- g.s.queryRow(r.ctx, r.sql, r.scan, r.args)
 	}
 }
@@ -254,16 +236,6 @@ func (g *grouper) commit(batch []*groupReq) {
 // advisory locks make such groups queue, in one order, before they touch a
 // row. A single write needs none: it touches one run.
 const lockRunsSQL = `SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest($1::text[]) AS k`
-
-// closeNoticeSQL sends a close's notification (@notice) after its write,
-// in the write's transaction, if the run is closed as the write says (the
-// write took effect, or another with the same outcome did: the notice is
-// true either way) and its waiter is not the writing engine (@notice_skip),
-// which learns of its closes without one.
-const closeNoticeSQL = `
-SELECT count(pg_notify('` + NotifyChannel + `', @notice::text)) FROM durable_runs
-WHERE run_id = @run_id AND status = @close_status::text AND waiter IS DISTINCT FROM @notice_skip::text
-    AND result IS NOT DISTINCT FROM @result::jsonb AND failure IS NOT DISTINCT FROM @failure::jsonb`
 
 // batchRuns returns the runs of a batch sorted by key (commit sorted the
 // batch), each once.

@@ -278,7 +278,7 @@ func ceilMicrosecond(t time.Time) time.Time {
 }
 
 // commitArgs is the most arguments a commit statement takes.
-const commitArgs = 50
+const commitArgs = 48
 
 // commitArgsPool holds the argument maps of commits and eager starts. Sized
 // for commitArgs, each was a tenth of the bytes the engine allocated in W1.
@@ -375,11 +375,9 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 	}
 	activityArgs(args, in.Activities)
 	timerArgs(args, in.Timers)
-	notice := in.Close != nil && in.Notice != ""
-	args["notice"], args["notice_skip"] = in.Notice, in.NoticeSkip
 
 	if in.Outcome != nil {
-		claimed, err := s.commitFused(ctx, in, args, notice, &ready)
+		claimed, err := s.commitFused(ctx, in, args, &ready)
 		if err != nil {
 			return ready, err
 		}
@@ -408,7 +406,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 		if in.IsStep() {
 			sql, many = commitStepSQL, commitStepMany
 		}
-		_, ready.Noticed, err = s.queryRowClaiming(ctx, in.RunID, sql, many, args, nil, notice, scan)
+		err = s.queryRowMany(ctx, in.RunID, sql, many, args, scan)
 	}
 	if err != nil {
 		return ready, fmt.Errorf("commit workflow task of run %s: %w", in.RunID, translate(err))
