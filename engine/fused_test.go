@@ -330,11 +330,7 @@ func TestClaimBringsFirstTasksHistories(t *testing.T) {
 	require.NoError(t, RegisterActivity(worker, incr, activity.Options{}))
 	runUntilTestEnds(t, worker)
 
-	for i, r := range runs {
-		got, err := r.Result(ctx)
-		require.NoError(t, err)
-		require.Equal(t, i+3, got)
-	}
+	requireResults(ctx, t, runs, 3)
 	n := sc.snap()
 	require.Equal(t, len(runs), n.claimed, "one claim took the six first tasks")
 	require.Zero(t, n.batchReads, "the claim brought the histories")
@@ -381,15 +377,22 @@ func TestClaimReadsUncachedHistoriesTogether(t *testing.T) {
 	sc := &stepCounter{}
 	second := newWorker(func(s storage) storage { sc.storage = s; return sc })
 	runUntilTestEnds(t, second)
-	for i, r := range runs {
-		got, err := r.Result(ctx)
-		require.NoError(t, err)
-		require.Equal(t, i+12, got)
-	}
+	requireResults(ctx, t, runs, 12)
 	n := sc.snap()
 	require.Equal(t, len(runs), n.claimed, "one claim took the six tasks")
 	require.Equal(t, 1, n.batchReads)
 	require.Zero(t, n.reads, "no task read its own history")
+}
+
+// requireResults waits for each run's result, which must be its index
+// plus add.
+func requireResults(ctx context.Context, t *testing.T, runs []*Run[int], add int) {
+	t.Helper()
+	for i, r := range runs {
+		got, err := r.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, i+add, got)
+	}
 }
 
 // A run started by an engine that runs it is inserted with its first
