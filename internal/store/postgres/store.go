@@ -98,11 +98,17 @@ const indexPlans = `SELECT set_config('enable_sort', 'off', true), set_config('e
 // those that scan by nature do not: the admin reads, and the releases of a
 // stopping worker's claims.
 func (s *Store) run(ctx context.Context, sql string, args []any, read func(*pgx.QueuedQuery)) error {
+	return s.runAll(ctx, func(b *pgx.Batch) { read(b.Queue(sql, args...)) })
+}
+
+// runAll is run for the statements queue adds to b, one after another in
+// the same round trip and transaction.
+func (s *Store) runAll(ctx context.Context, queue func(b *pgx.Batch)) error {
 	b := &pgx.Batch{}
 	if s.db == dbtx(s.pool) {
 		b.Queue(indexPlans)
 	}
-	read(b.Queue(sql, args...))
+	queue(b)
 	return s.db.SendBatch(ctx, b).Close()
 }
 

@@ -75,23 +75,21 @@ func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([
 		tasks []store.WorkflowTask
 		byRun map[string][]history.Event
 	)
-	b := &pgx.Batch{}
-	if s.db == dbtx(s.pool) {
-		b.Queue(indexPlans)
-	}
-	b.Queue(claimWorkflowTasksSQL, args).Query(func(rows pgx.Rows) (err error) {
-		tasks, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkflowTask, error) {
-			var t store.WorkflowTask
-			err := row.Scan(&t.RunID, &t.WorkflowID, &t.WorkflowType, &t.Queue, &t.Token, &t.ProcessedEventID, &t.Attempts, &t.TraceContext, &t.ParentRunID)
-			return t, err
+	err := s.runAll(ctx, func(b *pgx.Batch) {
+		b.Queue(claimWorkflowTasksSQL, args).Query(func(rows pgx.Rows) (err error) {
+			tasks, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkflowTask, error) {
+				var t store.WorkflowTask
+				err := row.Scan(&t.RunID, &t.WorkflowID, &t.WorkflowType, &t.Queue, &t.Token, &t.ProcessedEventID, &t.Attempts, &t.TraceContext, &t.ParentRunID)
+				return t, err
+			})
+			return err
 		})
-		return err
+		b.Queue(claimedFirstHistoriesSQL, args).Query(func(rows pgx.Rows) (err error) {
+			byRun, err = scanHistories(rows)
+			return err
+		})
 	})
-	b.Queue(claimedFirstHistoriesSQL, args).Query(func(rows pgx.Rows) (err error) {
-		byRun, err = scanHistories(rows)
-		return err
-	})
-	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("claim workflow tasks on queue %q: %w", in.Queue, err)
 	}
 	for i := range tasks {
