@@ -49,15 +49,20 @@ RETURNING t.run_id::text, r.workflow_id, r.workflow_type, t.queue, t.token, r.pr
 // reads the histories of the runs whose first task the claim took (no
 // workflow task has consumed an event): runs started by a client, which no
 // worker has cached. The worker reads the others itself, after the claim,
-// from where its cache ends. The rows come in no order (an ORDER BY would
-// have the planner, held off sorts, walk the tasks' primary key instead):
-// scanHistories orders them.
+// from where its cache ends. The tasks are found in a subquery ordered by
+// run_after, as the claim orders them: held off sorts, the planner then
+// takes the index the claim used, where a plan made on empty tables could
+// otherwise walk the tasks' primary key. The rows come in no order (an
+// ORDER BY of events would do the same): scanHistories orders them.
 const claimedFirstHistoriesSQL = `
 SELECT e.run_id::text, e.event_id, e.type, e.attributes, e.created_at
-FROM durable_workflow_tasks t
+FROM (
+    SELECT t.run_id FROM durable_workflow_tasks t
+    WHERE t.queue = @queue AND t.run_after = @until AND t.locked_by = @worker
+    ORDER BY t.run_after
+) t
 JOIN durable_runs r ON r.run_id = t.run_id AND r.processed_event_id = 0
-JOIN durable_events e ON e.run_id = t.run_id
-WHERE t.queue = @queue AND t.run_after = @until AND t.locked_by = @worker`
+JOIN durable_events e ON e.run_id = t.run_id`
 
 // ClaimWorkflowTasks implements store.Store. The claim and the read of the
 // claimed first tasks' histories go in one round trip and transaction.
