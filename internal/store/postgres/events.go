@@ -57,21 +57,19 @@ func scanHistories(rows pgx.Rows) (map[string][]history.Event, error) {
 	bad := map[string]bool{}
 	for rows.Next() {
 		var (
-			runID, typ string
-			id         int64
-			attrs      []byte
-			at         time.Time
+			runID string
+			r     eventRow
 		)
-		if err := rows.Scan(&runID, &id, &typ, &attrs, &at); err != nil {
+		if err := rows.Scan(append([]any{&runID}, r.dest()...)...); err != nil {
 			return nil, err
 		}
-		a, err := history.Decode(typ, attrs)
+		ev, err := r.decode()
 		switch {
 		case err != nil:
 			bad[runID] = true
 			delete(byRun, runID)
 		case !bad[runID]:
-			byRun[runID] = append(byRun[runID], history.Event{ID: id, Time: at, Attributes: a})
+			byRun[runID] = append(byRun[runID], ev)
 		}
 	}
 	for _, events := range byRun {
@@ -82,20 +80,32 @@ func scanHistories(rows pgx.Rows) (map[string][]history.Event, error) {
 
 // scanEvent reads a row of event_id, type, attributes and created_at.
 func scanEvent(row pgx.CollectableRow) (history.Event, error) {
-	var (
-		id    int64
-		typ   string
-		attrs []byte
-		at    time.Time
-	)
-	if err := row.Scan(&id, &typ, &attrs, &at); err != nil {
+	var r eventRow
+	if err := row.Scan(r.dest()...); err != nil {
 		return history.Event{}, err
 	}
-	a, err := history.Decode(typ, attrs)
+	return r.decode()
+}
+
+// eventRow is an event as its row holds it: event_id, type, attributes
+// and created_at.
+type eventRow struct {
+	id    int64
+	typ   string
+	attrs []byte
+	at    time.Time
+}
+
+// dest returns the scan destinations of the row's columns, in order.
+func (r *eventRow) dest() []any { return []any{&r.id, &r.typ, &r.attrs, &r.at} }
+
+// decode returns the event, its attributes decoded.
+func (r *eventRow) decode() (history.Event, error) {
+	a, err := history.Decode(r.typ, r.attrs)
 	if err != nil {
-		return history.Event{}, fmt.Errorf("event %d: %w", id, err)
+		return history.Event{}, fmt.Errorf("event %d: %w", r.id, err)
 	}
-	return history.Event{ID: id, Time: at, Attributes: a}, nil
+	return history.Event{ID: r.id, Time: r.at, Attributes: a}, nil
 }
 
 // encodeEvents returns the wire types and JSON attributes of events, for the
