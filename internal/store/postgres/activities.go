@@ -25,6 +25,8 @@ import (
 // Their readiness is written so that no index can serve it: the ready index
 // would otherwise be walked whole and joined to the keys (0.79 ms and 436
 // buffers a claim in W1, against 0.13 ms and 96 without preferences).
+// A claimed task's run is read once, in a LATERAL subquery that keeps the
+// lookup on the runs' primary key.
 const claimActivityTasksSQL = `
 WITH first AS (
     SELECT id FROM durable_activity_tasks
@@ -53,18 +55,20 @@ WITH first AS (
     FOR UPDATE SKIP LOCKED
 ), c AS (
     SELECT id FROM first UNION ALL SELECT id FROM mine UNION ALL SELECT id FROM oldest
+), t AS (
+    UPDATE durable_activity_tasks t
+    SET attempt = t.attempt + 1, locked_by = @worker,
+        locked_until = @now + t.lease_ms * interval '1 millisecond',
+        run_after = @now + t.lease_ms * interval '1 millisecond'
+    WHERE t.id = ANY(ARRAY(SELECT id FROM c))
+    RETURNING t.*
 )
-UPDATE durable_activity_tasks t
-SET attempt = t.attempt + 1, locked_by = @worker,
-    locked_until = @now + t.lease_ms * interval '1 millisecond',
-    run_after = @now + t.lease_ms * interval '1 millisecond'
-WHERE t.id = ANY(ARRAY(SELECT id FROM c))
-RETURNING t.id, coalesce(t.run_id::text, ''),
-    coalesce((SELECT r.workflow_id FROM durable_runs r WHERE r.run_id = t.run_id), ''),
-    coalesce((SELECT r.queue FROM durable_runs r WHERE r.run_id = t.run_id), ''),
-    coalesce((SELECT r.trace_context FROM durable_runs r WHERE r.run_id = t.run_id), ''),
+SELECT t.id, coalesce(t.run_id::text, ''), coalesce(r.workflow_id, ''), coalesce(r.queue, ''), coalesce(r.trace_context, ''),
     t.seq, t.activity, t.queue, t.input, t.idempotency_key, t.attempt, t.max_attempts, t.rate_limited,
-    t.options, t.locked_until, t.created_at, coalesce(t.last_error, ''), t.heartbeat`
+    t.options, t.locked_until, t.created_at, coalesce(t.last_error, ''), t.heartbeat
+FROM t LEFT JOIN LATERAL (
+    SELECT r.workflow_id, r.queue, r.trace_context FROM durable_runs r WHERE r.run_id = t.run_id LIMIT 1
+) r ON true`
 
 // ClaimActivityTasks implements store.Store.
 func (s *Store) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
