@@ -312,7 +312,7 @@ const enqueueJobSQL = `
 WITH ins AS (
     INSERT INTO durable_activity_tasks (activity, queue, input, idempotency_key, options, max_attempts, lease_ms, run_after, created_at)
     VALUES (@activity, @queue, @input, @key, @options, @max_attempts, @lease_ms, @run_after, @now)
-    ON CONFLICT (idempotency_key) DO NOTHING
+    ON CONFLICT (idempotency_key) WHERE run_id IS NULL DO NOTHING
     RETURNING id, queue, run_after
 )
 SELECT id, count(CASE WHEN @notify AND run_after <= @now THEN pg_notify('durable', 'a:' || queue) END)
@@ -333,7 +333,7 @@ func (s *Store) EnqueueJob(ctx context.Context, in store.EnqueueJobParams) (int6
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, fmt.Errorf("enqueue job %s: %w", t.Activity, err)
 	}
-	err = s.queryRow(ctx, `SELECT id FROM durable_activity_tasks WHERE idempotency_key = $1`, scanInto(&id), t.IdempotencyKey)
+	err = s.queryRow(ctx, `SELECT id FROM durable_activity_tasks WHERE idempotency_key = $1 AND run_id IS NULL`, scanInto(&id), t.IdempotencyKey)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The pending job finished between our insert and this read: its
 		// key is free again, so try once more.

@@ -74,7 +74,7 @@ const (
 	insertActivityTaskSQL = `
 INSERT INTO durable_activity_tasks (run_id, seq, activity, queue, input, idempotency_key, options, max_attempts, lease_ms, run_after, created_at)
 VALUES (@run_id, @seq, @activity, @queue, @input, @key, @options, @max_attempts, @lease_ms, @run_after, @now)
-ON CONFLICT (idempotency_key) DO NOTHING`
+ON CONFLICT DO NOTHING`
 
 	// reopenRunSQL starts the run a redriven workflow continues in. Its
 	// history is copied up to cut (exclusive); the copy counts as processed.

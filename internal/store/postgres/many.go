@@ -72,7 +72,7 @@ const (
                 @act_claim::text[])
          AS a(ix, seq, activity, queue, input, key, options, max_attempts, lease_ms, run_after, claim_as)
     JOIN run ON run.ix = a.ix
-    ON CONFLICT (idempotency_key) DO NOTHING
+    ON CONFLICT (run_id, seq) DO NOTHING
     RETURNING run_id, id, seq, queue, run_after, locked_by, locked_until
 ), tmr AS (
     INSERT INTO durable_timers (run_id, seq, queue, fire_at)

@@ -133,7 +133,7 @@ WITH lock AS (
     FROM run, unnest(@act_seq::bigint[], @act_name::text[], @act_queue::text[], @act_input::jsonb[], @act_key::text[],
                      @act_options::jsonb[], @act_max::int[], @act_lease::bigint[], @act_after::timestamptz[], @act_claim::text[])
          AS a(seq, activity, queue, input, key, options, max_attempts, lease_ms, run_after, claim_as)
-    ON CONFLICT (idempotency_key) DO NOTHING
+    ON CONFLICT (run_id, seq) DO NOTHING
     RETURNING id, seq, queue, run_after, locked_by, locked_until
 `
 )
