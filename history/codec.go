@@ -7,8 +7,15 @@ import (
 	"time"
 )
 
-// decoders maps each wire name to a function decoding its attributes.
-var decoders = map[string]func([]byte) (Attributes, error){}
+// decoders maps each wire name to the decoding of its attributes.
+var decoders = map[string]decoder{}
+
+// decoder decodes the attributes of one event type, from their bytes
+// (Decode) or as the next value of a stream (Import).
+type decoder struct {
+	bytes  func([]byte) (Attributes, error)
+	stream func(*json.Decoder) (Attributes, error)
+}
 
 func init() {
 	register[WorkflowStarted]()
@@ -35,17 +42,24 @@ func init() {
 
 func register[T Attributes]() {
 	var zero T
-	decoders[zero.EventType()] = func(b []byte) (Attributes, error) {
+	stream := func(dec *json.Decoder) (Attributes, error) {
 		var v T
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
 		if err := dec.Decode(&v); err != nil {
 			return nil, err
 		}
-		if dec.More() {
-			return nil, fmt.Errorf("trailing data after %s attributes", zero.EventType())
-		}
 		return v, nil
+	}
+	decoders[zero.EventType()] = decoder{
+		stream: stream,
+		bytes: func(b []byte) (Attributes, error) {
+			dec := json.NewDecoder(bytes.NewReader(b))
+			dec.DisallowUnknownFields()
+			a, err := stream(dec)
+			if err == nil && dec.More() {
+				return nil, fmt.Errorf("trailing data after %s attributes", zero.EventType())
+			}
+			return a, err
+		},
 	}
 }
 
@@ -68,7 +82,7 @@ func Decode(typ string, data []byte) (Attributes, error) {
 	if !ok {
 		return nil, fmt.Errorf("decode event: unknown event type %q", typ)
 	}
-	a, err := dec(data)
+	a, err := dec.bytes(data)
 	if err != nil {
 		return nil, fmt.Errorf("decode %s event: %w", typ, err)
 	}

@@ -2,6 +2,7 @@ package history
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 )
@@ -36,24 +37,173 @@ func Export(w io.Writer, h History) error {
 }
 
 // Import reads a history written by Export and checks it: a known version,
-// events numbered 1..n, the first a WorkflowStarted.
+// events numbered 1..n, the first a WorkflowStarted. It reads the events one
+// at a time, and an event that names its type before its attributes, as
+// Export writes them, has its attributes decoded as they are read.
 func Import(r io.Reader) (History, error) {
-	var h History
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&h); err != nil {
+	h, err := readHistory(dec)
+	if err != nil {
 		return h, fmt.Errorf("import history: %w", err)
 	}
 	if dec.More() {
 		return h, fmt.Errorf("import history: trailing data after the history")
 	}
-	if h.Version != FormatVersion {
-		return h, fmt.Errorf("import history: format version %d, this build reads version %d", h.Version, FormatVersion)
+	if err := checkVersion(h.Version); err != nil {
+		return h, fmt.Errorf("import history: %w", err)
 	}
 	if err := h.Validate(); err != nil {
 		return h, fmt.Errorf("import history: %w", err)
 	}
 	return h, nil
+}
+
+func checkVersion(v int) error {
+	if v != FormatVersion {
+		return fmt.Errorf("format version %d, this build reads version %d", v, FormatVersion)
+	}
+	return nil
+}
+
+// readHistory reads the object Export writes, field by field.
+func readHistory(dec *json.Decoder) (History, error) {
+	var h History
+	if err := readDelim(dec, '{'); err != nil {
+		return h, err
+	}
+	for dec.More() {
+		key, err := readKey(dec)
+		if err != nil {
+			return h, err
+		}
+		switch key {
+		case "version":
+			if err = dec.Decode(&h.Version); err == nil {
+				err = checkVersion(h.Version) // before events it may not read
+			}
+		case "workflow_id":
+			err = dec.Decode(&h.WorkflowID)
+		case "run_id":
+			err = dec.Decode(&h.RunID)
+		case "workflow_type":
+			err = dec.Decode(&h.WorkflowType)
+		case "events":
+			h.Events, err = readEvents(dec)
+		default:
+			err = fmt.Errorf("json: unknown field %q", key)
+		}
+		if err != nil {
+			return h, err
+		}
+	}
+	return h, readDelim(dec, '}')
+}
+
+// readEvents reads the array of events (or null).
+func readEvents(dec *json.Decoder) ([]Event, error) {
+	tok, err := dec.Token()
+	if err != nil || tok == nil {
+		return nil, unexpectedEOF(err)
+	}
+	if tok != json.Delim('[') {
+		return nil, fmt.Errorf("events: found %v, want an array", tok)
+	}
+	var events []Event
+	for dec.More() {
+		e, err := readEvent(dec)
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, e)
+	}
+	return events, readDelim(dec, ']')
+}
+
+// readEvent reads an event as Event.MarshalJSON writes it.
+func readEvent(dec *json.Decoder) (Event, error) {
+	var (
+		e   Event
+		w   eventJSON
+		got bool // attributes decoded as read
+	)
+	if err := readDelim(dec, '{'); err != nil {
+		return e, err
+	}
+	for dec.More() {
+		key, err := readKey(dec)
+		if err != nil {
+			return e, err
+		}
+		switch key {
+		case "id":
+			err = dec.Decode(&w.ID)
+		case "time":
+			err = dec.Decode(&w.Time)
+		case "type":
+			err = dec.Decode(&w.Type)
+		case "attributes":
+			if d, ok := decoders[w.Type]; ok {
+				if e.Attributes, err = d.stream(dec); err != nil {
+					err = fmt.Errorf("event %d: decode %s event: %w", w.ID, w.Type, err)
+				}
+				got = err == nil
+			} else {
+				err = dec.Decode(&w.Attributes) // the type may follow
+			}
+		default:
+			err = fmt.Errorf("decode event: json: unknown field %q", key)
+		}
+		if err != nil {
+			return e, err
+		}
+	}
+	if err := readDelim(dec, '}'); err != nil {
+		return e, err
+	}
+	if !got {
+		a, err := Decode(w.Type, w.Attributes)
+		if err != nil {
+			return e, fmt.Errorf("event %d: %w", w.ID, err)
+		}
+		e.Attributes = a
+	}
+	e.ID, e.Time = w.ID, w.Time
+	return e, nil
+}
+
+// readKey reads an object's next key.
+func readKey(dec *json.Decoder) (string, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", unexpectedEOF(err)
+	}
+	key, ok := tok.(string)
+	if !ok {
+		return "", fmt.Errorf("found %v, want an object key", tok)
+	}
+	return key, nil
+}
+
+// readDelim reads the delimiter want.
+func readDelim(dec *json.Decoder, want json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return unexpectedEOF(err)
+	}
+	if tok != want {
+		return fmt.Errorf("found %v, want %v", tok, want)
+	}
+	return nil
+}
+
+// unexpectedEOF turns the end of the input, where more was due, into
+// io.ErrUnexpectedEOF.
+func unexpectedEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 // Validate checks that the events are numbered 1..n and start with a

@@ -40,6 +40,25 @@ func TestExportImportRoundTripsByteForByte(t *testing.T) {
 	require.Contains(t, first.String(), `"Email": "ada@example.com"`, "payloads stay readable JSON")
 }
 
+// Export names an event's type before its attributes, which Import then
+// decodes as it reads them; a file edited by hand may have them the other
+// way round, or its fields in any order.
+func TestImportReadsFieldsInAnyOrder(t *testing.T) {
+	t.Parallel()
+	in := `{"events":[
+		{"attributes":{"workflow_type":"W","workflow_id":"w","queue":"q","input":1},"type":"workflow_started","time":"2030-01-01T00:00:00Z","id":1},
+		{"id":2,"type":"timer_fired","attributes":{"seq":1},"time":"2030-01-01T00:00:01Z"}
+	],"run_id":"r","version":1}`
+	h, err := history.Import(bytes.NewReader([]byte(in)))
+	require.NoError(t, err)
+	require.Equal(t, "r", h.RunID)
+	require.Equal(t, []history.Event{
+		{ID: 1, Time: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC),
+			Attributes: history.WorkflowStarted{WorkflowType: "W", WorkflowID: "w", Queue: "q", Input: json.RawMessage("1")}},
+		{ID: 2, Time: time.Date(2030, 1, 1, 0, 0, 1, 0, time.UTC), Attributes: history.TimerFired{Seq: 1}},
+	}, h.Events)
+}
+
 func TestImportRejectsBadHistories(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -51,6 +70,11 @@ func TestImportRejectsBadHistories(t *testing.T) {
 		{"gap", `{"version":1,"run_id":"r","events":[{"id":1,"time":"2030-01-01T00:00:00Z","type":"workflow_started","attributes":{"workflow_type":"W","workflow_id":"w","queue":"q","input":null}},{"id":3,"time":"2030-01-01T00:00:00Z","type":"timer_fired","attributes":{"seq":1}}]}`, "event 2 has ID 3"},
 		{"unknown event", `{"version":1,"run_id":"r","events":[{"id":1,"time":"2030-01-01T00:00:00Z","type":"nope","attributes":{}}]}`, `unknown event type "nope"`},
 		{"unknown field", `{"version":1,"extra":1,"events":[]}`, `unknown field "extra"`},
+		{"unknown event field", `{"version":1,"run_id":"r","events":[{"id":1,"type":"timer_fired","attributes":{"seq":1},"extra":1}]}`, `unknown field "extra"`},
+		{"unknown attribute", `{"version":1,"run_id":"r","events":[{"id":1,"type":"timer_fired","attributes":{"seq":1,"extra":1}}]}`, `event 1: decode timer_fired event: json: unknown field "extra"`},
+		{"unknown attribute, type after", `{"version":1,"run_id":"r","events":[{"id":1,"attributes":{"seq":1,"extra":1},"type":"timer_fired"}]}`, `event 1: decode timer_fired event: json: unknown field "extra"`},
+		{"cut short", `{"version":1,"run_id":"r","events":[{"id":1,"type":"timer_fired","attributes":{"seq":1}}`, "unexpected EOF"},
+		{"trailing data", `{"version":1,"run_id":"r","events":[]} {}`, "trailing data"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
