@@ -69,14 +69,7 @@ func checkVersion(v int) error {
 // readHistory reads the object Export writes, field by field.
 func readHistory(dec *json.Decoder) (History, error) {
 	var h History
-	if err := readDelim(dec, '{'); err != nil {
-		return h, err
-	}
-	for dec.More() {
-		key, err := readKey(dec)
-		if err != nil {
-			return h, err
-		}
+	err := readObject(dec, func(key string) (err error) {
 		switch key {
 		case "version":
 			if err = dec.Decode(&h.Version); err == nil {
@@ -93,11 +86,9 @@ func readHistory(dec *json.Decoder) (History, error) {
 		default:
 			err = fmt.Errorf("json: unknown field %q", key)
 		}
-		if err != nil {
-			return h, err
-		}
-	}
-	return h, readDelim(dec, '}')
+		return err
+	})
+	return h, err
 }
 
 // readEvents reads the array of events (or null).
@@ -127,14 +118,7 @@ func readEvent(dec *json.Decoder) (Event, error) {
 		w   eventJSON
 		got bool // attributes decoded as read
 	)
-	if err := readDelim(dec, '{'); err != nil {
-		return e, err
-	}
-	for dec.More() {
-		key, err := readKey(dec)
-		if err != nil {
-			return e, err
-		}
+	err := readObject(dec, func(key string) (err error) {
 		switch key {
 		case "id":
 			err = dec.Decode(&w.ID)
@@ -154,11 +138,9 @@ func readEvent(dec *json.Decoder) (Event, error) {
 		default:
 			err = fmt.Errorf("decode event: json: unknown field %q", key)
 		}
-		if err != nil {
-			return e, err
-		}
-	}
-	if err := readDelim(dec, '}'); err != nil {
+		return err
+	})
+	if err != nil {
 		return e, err
 	}
 	if !got {
@@ -170,6 +152,23 @@ func readEvent(dec *json.Decoder) (Event, error) {
 	}
 	e.ID, e.Time = w.ID, w.Time
 	return e, nil
+}
+
+// readObject reads an object, handing each key to field to read its value.
+func readObject(dec *json.Decoder, field func(key string) error) error {
+	if err := readDelim(dec, '{'); err != nil {
+		return err
+	}
+	for dec.More() {
+		key, err := readKey(dec)
+		if err != nil {
+			return err
+		}
+		if err := field(key); err != nil {
+			return err
+		}
+	}
+	return readDelim(dec, '}')
 }
 
 // readKey reads an object's next key.
