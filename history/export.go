@@ -59,6 +59,7 @@ func Import(r io.Reader) (History, error) {
 	return h, nil
 }
 
+// checkVersion refuses a format version other than FormatVersion.
 func checkVersion(v int) error {
 	if v != FormatVersion {
 		return fmt.Errorf("format version %d, this build reads version %d", v, FormatVersion)
