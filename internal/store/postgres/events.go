@@ -23,7 +23,10 @@ ORDER BY event_id`
 // ListEvents implements store.Store.
 func (s *Store) ListEvents(ctx context.Context, runID string, afterID int64) ([]history.Event, error) {
 	rows, err := queryIndexed(ctx, s, listEventsSQL, namedArgs{"run_id": runID, "after": afterID},
-		func(row pgx.CollectableRow) (r eventRow, err error) { return r, row.Scan(r.dest()...) })
+		func(row pgx.CollectableRow) (r eventRow, err error) {
+			err = row.Scan(r.dest()...) // before r is read: Go leaves the order of return operands open
+			return r, err
+		})
 	if err == nil {
 		var events []history.Event
 		if events, err = decodeEvents(rows); err == nil {
@@ -34,7 +37,7 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterID int64) ([]
 }
 
 // parallelDecodeMin is the length of history from which decodeEvents
-// shares the decoding between the CPUs: half the time of a cold replay of
+// shares the decoding between the CPUs: half the time of a replay of
 // 10,000 events went to decoding them (docs/performance.md, item 59).
 const parallelDecodeMin = 2000
 
