@@ -27,25 +27,28 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterID int64) ([]
 			err = row.Scan(r.dest()...) // before r is read: Go leaves the order of return operands open
 			return r, err
 		})
-	if err == nil {
-		var events []history.Event
-		if events, err = decodeEvents(rows); err == nil {
-			return events, nil
-		}
+	if err != nil {
+		return nil, fmt.Errorf("list events of run %s: %w", runID, err)
 	}
-	return nil, fmt.Errorf("list events of run %s: %w", runID, err)
+	// A long history is decoded on the CPUs, in parts: half the time of a
+	// replay of 10,000 events went to decoding them (docs/performance.md,
+	// item 59).
+	events, err := decodeEvents(rows, min(runtime.GOMAXPROCS(0), len(rows)/decodePartMin))
+	if err != nil {
+		return nil, fmt.Errorf("list events of run %s: %w", runID, err)
+	}
+	return events, nil
 }
 
-// parallelDecodeMin is the length of history from which decodeEvents
-// shares the decoding between the CPUs: half the time of a replay of
-// 10,000 events went to decoding them (docs/performance.md, item 59).
-const parallelDecodeMin = 2000
+// decodePartMin is the fewest events ListEvents gives a part of its
+// decoding: a history shorter than two parts is decoded in one.
+const decodePartMin = 1000
 
-// decodeEvents decodes rows, in order; the first error, in row order, is
-// returned.
-func decodeEvents(rows []eventRow) ([]history.Event, error) {
+// decodeEvents decodes rows, in order, in parts (at least one) decoded at
+// once; the error returned is that of the first bad row.
+func decodeEvents(rows []eventRow, parts int) ([]history.Event, error) {
+	parts = max(parts, 1)
 	events := make([]history.Event, len(rows))
-	parts := max(1, min(runtime.GOMAXPROCS(0), len(rows)/(parallelDecodeMin/2)))
 	errs := make([]error, parts)
 	decode := func(p int) {
 		for i := p * len(rows) / parts; i < (p+1)*len(rows)/parts; i++ {
