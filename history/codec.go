@@ -116,10 +116,19 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return fmt.Errorf("decode event: %w", err)
 	}
+	ev, err := w.event()
+	if err != nil {
+		return err
+	}
+	*e = ev
+	return nil
+}
+
+// event returns the event w holds, its attributes decoded.
+func (w eventJSON) event() (Event, error) {
 	a, err := Decode(w.Type, w.Attributes)
 	if err != nil {
-		return fmt.Errorf("event %d: %w", w.ID, err)
+		return Event{}, fmt.Errorf("event %d: %w", w.ID, err)
 	}
-	*e = Event{ID: w.ID, Time: w.Time, Attributes: a}
-	return nil
+	return Event{ID: w.ID, Time: w.Time, Attributes: a}, nil
 }

@@ -144,12 +144,8 @@ func readEvent(dec *json.Decoder) (Event, error) {
 	if err != nil {
 		return e, err
 	}
-	if !got {
-		a, err := Decode(w.Type, w.Attributes)
-		if err != nil {
-			return e, fmt.Errorf("event %d: %w", w.ID, err)
-		}
-		e.Attributes = a
+	if !got { // the type came after the attributes, or never
+		return w.event()
 	}
 	e.ID, e.Time = w.ID, w.Time
 	return e, nil
