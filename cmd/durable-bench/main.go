@@ -84,6 +84,7 @@ type config struct {
 	conns      int
 	cache      int    // each engine's Options.CacheSize; 0 is the engine's default
 	cpuProfile string // file for the driver process's CPU profile, if set
+	memProfile string // file for the driver process's allocation profile, if set
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -105,6 +106,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	procs := fs.String("procs", "1,2,4", "W6: engine process counts")
 	fs.IntVar(&c.conns, "conns", 20, "database connections per engine process (W6 caps its workers' total at 48)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the CPU profile of the driver's process (its engines, not W6's workers) while the workloads run to this file, for go tool pprof")
+	fs.StringVar(&c.memProfile, "memprofile", "", "write the allocation profile of the driver's process (what it allocated from its start to the end of the workloads) to this file, for go tool pprof -sample_index=alloc_space")
 	fs.IntVar(&c.cache, "cache", 0, "live runs each engine keeps in its workflow cache (engine.Options.CacheSize; 0: the engine's default, 10,000)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -188,6 +190,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		}
 		defer func() { err = errors.Join(err, stop()) }()
 	}
+	if c.memProfile != "" {
+		defer func() { err = errors.Join(err, writeAllocProfile(c.memProfile)) }()
+	}
 
 	steps := map[string]func(context.Context) (result, error){
 		"W1": b.w1, "W2": b.w2, "W3": b.w3, "W4": b.w4, "W5": b.w5, "W6": b.w6,
@@ -233,6 +238,19 @@ func printTable(w io.Writer, results []result) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// writeAllocProfile writes this process's allocation profile to the file
+// at path.
+func writeAllocProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("-memprofile: %w", err)
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		return errors.Join(fmt.Errorf("-memprofile: %w", err), f.Close())
+	}
+	return f.Close()
 }
 
 // startCPUProfile profiles this process's CPU into the file at path until

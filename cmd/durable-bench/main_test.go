@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -95,6 +96,23 @@ func TestShortRun(t *testing.T) {
 	}
 }
 
+// The profiles asked for are written, in pprof's format (gzipped).
+func TestProfiles(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Database(t)
+	dir := t.TempDir()
+	cpu, mem := filepath.Join(dir, "w1.prof"), filepath.Join(dir, "w1.mem")
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), []string{"-short", "-json-only", "-workloads", "W1", "-db", db, "-cpuprofile", cpu, "-memprofile", mem}, &stdout, &stderr)
+	require.NoError(t, err, "stderr:\n%s", stderr.String())
+	for _, path := range []string{cpu, mem} {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.Greater(t, len(b), 2, path)
+		require.Equal(t, []byte{0x1f, 0x8b}, b[:2], "%s is gzipped, as pprof writes", path)
+	}
+}
+
 // requireLoad checks the figures of an open-loop run of n workflows.
 func requireLoad(t *testing.T, m map[string]any, n float64) {
 	t.Helper()
@@ -145,6 +163,9 @@ func TestParseFlags(t *testing.T) {
 		}},
 		{name: "cpu profile", args: []string{"-cpuprofile", "w1.prof"}, check: func(t *testing.T, c config) {
 			require.Equal(t, "w1.prof", c.cpuProfile)
+		}},
+		{name: "allocation profile", args: []string{"-memprofile", "w1.mem"}, check: func(t *testing.T, c config) {
+			require.Equal(t, "w1.mem", c.memProfile)
 		}},
 		{name: "negative cache", args: []string{"-cache", "-1"}, wantErr: "-cache must not be negative"},
 		{name: "short", args: []string{"-short"}, check: func(t *testing.T, c config) {
