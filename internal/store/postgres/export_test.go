@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/internal/batch"
@@ -66,4 +67,13 @@ const IndexPlans = indexPlans
 // in, with positional parameters, and its arguments.
 func ClaimActivityStatement(in store.ClaimParams) (sql string, args []any, err error) {
 	return claimActivityArgs(in).RewriteQuery(context.Background(), nil, claimActivityTasksSQL, nil)
+}
+
+// ClaimSettings are the settings of a workflow-task claim's transaction.
+const ClaimSettings = indexPlansNoFlush
+
+// RunAllWith runs the statements queue adds in one transaction with the
+// given settings, as the store runs its own.
+func (s *Store) RunAllWith(ctx context.Context, settings string, queue func(b *pgx.Batch)) error {
+	return s.runAllWith(ctx, settings, queue)
 }

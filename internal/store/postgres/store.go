@@ -89,6 +89,13 @@ func translate(err error) error {
 const indexPlans = `SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),
     set_config('plan_cache_mode', 'force_generic_plan', true)`
 
+// indexPlansNoFlush is indexPlans for a transaction that does not wait for
+// its commit to reach the disk (synchronous_commit off): Postgres writes it
+// out within wal_writer_delay, or sooner with any later commit that waits.
+// Only a workflow-task claim commits so (see ClaimWorkflowTasks).
+const indexPlansNoFlush = `SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),
+    set_config('plan_cache_mode', 'force_generic_plan', true), set_config('synchronous_commit', 'off', true)`
+
 // run runs sql with args, its results handed over by read (one of
 // QueuedQuery's QueryRow, Query or Exec), with the planner held to
 // indexes (indexPlans): on the store's pool as one implicit transaction
@@ -104,9 +111,15 @@ func (s *Store) run(ctx context.Context, sql string, args []any, read func(*pgx.
 // runAll is run for the statements queue adds to b, one after another in
 // the same round trip and transaction.
 func (s *Store) runAll(ctx context.Context, queue func(b *pgx.Batch)) error {
+	return s.runAllWith(ctx, indexPlans, queue)
+}
+
+// runAllWith is runAll with settings, a statement like indexPlans that sets
+// the transaction's settings, in place of indexPlans.
+func (s *Store) runAllWith(ctx context.Context, settings string, queue func(b *pgx.Batch)) error {
 	b := &pgx.Batch{}
 	if s.db == dbtx(s.pool) {
-		b.Queue(indexPlans)
+		b.Queue(settings)
 	}
 	queue(b)
 	return s.db.SendBatch(ctx, b).Close()

@@ -66,6 +66,21 @@ JOIN durable_events e ON e.run_id = t.run_id`
 
 // ClaimWorkflowTasks implements store.Store. The claim and the read of the
 // claimed first tasks' histories go in one round trip and transaction.
+//
+// That transaction does not wait for its commit to reach the disk
+// (indexPlansNoFlush): on the path of every run started elsewhere, the wait
+// is a WAL flush for a row lock. A claim lost in a Postgres crash loses
+// nothing else: whatever committed after it in the WAL was lost too (a
+// commit that waits for the disk flushes everything before it), so the
+// history the claimer read is the history after the restart. The task is
+// then ready again, and the worker that holds the lost claim may commit the
+// task's commands all the same. Its token is fenced as any other: the row
+// has its earlier token back, unless a new claim has taken it since. The
+// token sequence may hand that claim the lost claim's number again (its
+// advance may have been lost with it), and then the two workers hold the
+// same token: the first to commit writes, from the same history and
+// through the same fence as if it had held the claim alone, and its commit
+// gives the task a new token, which refuses the other.
 func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
 	args := namedArgs{
 		"queue":    in.Queue,
@@ -80,7 +95,7 @@ func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([
 		tasks []store.WorkflowTask
 		byRun map[string][]history.Event
 	)
-	err := s.runAll(ctx, func(b *pgx.Batch) {
+	err := s.runAllWith(ctx, indexPlansNoFlush, func(b *pgx.Batch) {
 		b.Queue(claimWorkflowTasksSQL, args).Query(func(rows pgx.Rows) (err error) {
 			tasks, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkflowTask, error) {
 				var t store.WorkflowTask
