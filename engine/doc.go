@@ -89,7 +89,10 @@
 //
 // [Run.Result] waits until the run closes and returns its typed result, or a
 // *[WorkflowError] if it failed. It waits on a notification (the engine
-// LISTENs for it, even in a process that never calls Run). As a backstop,
+// LISTENs for it, even in a process that never calls Run; in such a process
+// the LISTEN holds a pool connection while a Result waits, and for a tenth
+// of a second after the last one returns, so that the next one finds it
+// listening: closing the pool waits that long for it). As a backstop,
 // for a close whose notification was lost, the engine asks every
 // [Options].PollInterval which of the runs its Result calls wait for have
 // closed: one statement for all of them, however many there are. A running

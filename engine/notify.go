@@ -78,10 +78,14 @@ type hub struct {
 	// background loops run into, once each.
 	db *dbHealth
 
-	life   sync.Mutex // guards refs, cancel, done
+	life   sync.Mutex // guards refs, cancel, done, idle
 	refs   int
 	cancel context.CancelFunc
 	done   chan struct{}
+	// idle, while set, stops the hub when it fires: the last Result waiter
+	// left it running for linger (see releaseLater).
+	idle   *time.Timer
+	linger time.Duration
 
 	mu      sync.Mutex // guards the subscriber maps, pending, and what follows
 	wakes   map[string][]*waker
@@ -194,7 +198,7 @@ func newHub(pool *pgxpool.Pool, log *slog.Logger) *hub {
 		wakes: map[string][]*waker{}, waiters: map[string]map[chan struct{}]struct{}{},
 		closes:  map[string]map[chan *store.CloseRun]struct{}{},
 		pending: map[string]bool{}, flush: make(chan struct{}, 1),
-		recent: map[string]*store.CloseRun{}, gap: notifyGap, recheck: make(chan struct{}, 1),
+		recent: map[string]*store.CloseRun{}, gap: notifyGap, recheck: make(chan struct{}, 1), linger: resultLinger,
 	}
 }
 
@@ -205,6 +209,11 @@ func (h *hub) acquire() {
 	h.life.Lock()
 	defer h.life.Unlock()
 	h.refs++
+	if h.idle != nil { // still running after the last Result: keep it
+		h.idle.Stop()
+		h.idle = nil
+		return
+	}
 	if h.refs > 1 {
 		return
 	}
@@ -226,12 +235,57 @@ func (h *hub) acquire() {
 	}
 }
 
+// release undoes an acquire; the last one stops the hub and waits until it
+// has.
 func (h *hub) release() {
 	h.life.Lock()
 	defer h.life.Unlock()
 	h.refs--
 	if h.refs > 0 {
 		return
+	}
+	h.stop()
+}
+
+// resultLinger is how long a hub keeps running after the last Result
+// waiting on it returns. A client that starts a run and waits for it, then
+// the next, would otherwise start a LISTEN for every Result and stop it
+// before Result returns (two round trips), and would notify the start in
+// its statement, whose commit then waits on Postgres's notification lock
+// (docs/performance.md, item 61). It is short, so that a pool the client
+// closes next (pgxpool.Pool.Close waits for the listener's connection) is
+// held up no longer than that.
+const resultLinger = 100 * time.Millisecond
+
+// releaseLater is release for a Result: the last one leaves the hub running
+// for h.linger, in case another comes.
+func (h *hub) releaseLater() {
+	h.life.Lock()
+	defer h.life.Unlock()
+	h.refs--
+	if h.refs > 0 {
+		return
+	}
+	if h.linger <= 0 {
+		h.stop()
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(h.linger, func() {
+		h.life.Lock()
+		defer h.life.Unlock()
+		if h.idle == t { // not acquired again since
+			h.stop()
+		}
+	})
+	h.idle = t
+}
+
+// stop stops the running hub and waits until it has. h.life is held.
+func (h *hub) stop() {
+	if h.idle != nil {
+		h.idle.Stop()
+		h.idle = nil
 	}
 	h.cancel()
 	<-h.done
@@ -241,7 +295,7 @@ func (h *hub) release() {
 func (h *hub) active() bool {
 	h.life.Lock()
 	defer h.life.Unlock()
-	return h.refs > 0
+	return h.refs > 0 || h.idle != nil
 }
 
 // wake returns a channel that receives a value (coalesced) whenever work
@@ -307,7 +361,7 @@ func (s *runSub) close() {
 		delete(s.h.closes, s.runID)
 	}
 	s.h.mu.Unlock()
-	s.h.release()
+	s.h.releaseLater()
 }
 
 // deliverClose hands how a run closed to its waiters in this process, so

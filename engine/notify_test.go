@@ -92,3 +92,42 @@ func TestBusySendsWaitForTheGap(t *testing.T) {
 	h.release() // the last send
 	require.Equal(t, [][]string{{"x:1"}, {"x:2", "x:3"}}, batches)
 }
+
+// The last Result to return leaves the hub listening for a while: the next
+// one, soon after, finds the LISTEN held (no round trips to start and stop
+// it). Then the hub stops by itself, and a Run stops it at once.
+func TestHubOutlivesTheLastResultBriefly(t *testing.T) {
+	t.Parallel()
+	h := newHub(pgtest.Pool(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h.linger = time.Hour
+	s := h.subscribeRun(t.Context(), "a")
+	h.mu.Lock()
+	since := h.listening
+	h.mu.Unlock()
+	require.False(t, since.IsZero(), "listening once subscribeRun returns")
+	s.close()
+	require.True(t, h.active(), "still running after the last Result")
+
+	s = h.subscribeRun(t.Context(), "b")
+	h.mu.Lock()
+	require.Equal(t, since, h.listening, "the same LISTEN, not a new one")
+	h.mu.Unlock()
+	s.close()
+
+	h.acquire() // as Run does
+	h.release()
+	require.False(t, h.active(), "Run's release stops it at once")
+
+	h.linger = time.Millisecond
+	h.subscribeRun(t.Context(), "c").close()
+	require.Eventually(t, func() bool { return !h.active() }, 10*time.Second, time.Millisecond,
+		"stopped once no Result came for linger")
+	h.life.Lock()
+	done := h.done
+	h.life.Unlock()
+	select {
+	case <-done:
+	default:
+		t.Fatal("the hub's loops still run")
+	}
+}
