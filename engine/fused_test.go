@@ -540,7 +540,7 @@ func TestFiredTimerWakesTheCachedRun(t *testing.T) {
 // claims the woken task for its own engine and hands it over: no claim.
 func TestFiredTimerHandsTheTaskToItsEngine(t *testing.T) {
 	t.Parallel()
-	var skew atomic.Int64 // the clock jumps a day ahead
+	var skew atomic.Int64 // the clock jumps a day ahead, each try
 	sc := &stepCounter{}
 	e := fusedEngine(t, sc, &syncbuf.Buffer{}, func(o *Options) {
 		o.NowFunc = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
@@ -556,22 +556,34 @@ func TestFiredTimerHandsTheTaskToItsEngine(t *testing.T) {
 	require.NoError(t, err)
 	_, err = warm.Result(ctx)
 	require.NoError(t, err)
-	r, err := Start(ctx, e, napLong, 3, StartOptions{})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		d, err := e.Describe(ctx, r.WorkflowID)
-		return err == nil && len(d.PendingTimers) == 1
-	}, 10*time.Second, 5*time.Millisecond, "the run sleeps")
-	c0 := sc.snap()
+	// A poller that claims just then holds the free slots, and the task is
+	// claimed instead of handed over: correct, but not what is tested here.
+	// It is rare (about once in 1,500 runs on a loaded machine), so a
+	// second try must hand it over.
+	for try := 1; ; try++ {
+		r, err := Start(ctx, e, napLong, 3, StartOptions{})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			d, err := e.Describe(ctx, r.WorkflowID)
+			return err == nil && len(d.PendingTimers) == 1
+		}, 10*time.Second, 5*time.Millisecond, "the run sleeps")
+		c0 := sc.snap()
 
-	skew.Store(int64(25 * time.Hour))
-	e.hub.publish("t:") // the scanner looks again, a day later
-	got, err := r.Result(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 3, got)
-	c := sc.snap()
-	require.Equal(t, c0.woken+1, c.woken, "the fire handed the task over (claimed %d -> %d)", c0.claimed, c.claimed)
-	require.Equal(t, c0.claimed, c.claimed, "no claim")
+		skew.Add(int64(25 * time.Hour))
+		e.hub.publish("t:") // the scanner looks again, a day later
+		got, err := r.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 3, got)
+		c := sc.snap()
+		require.Equal(t, c0.woken+c0.claimed+1, c.woken+c.claimed, "one task, handed over or claimed")
+		if c.claimed > c0.claimed && try < 3 {
+			t.Logf("try %d: the task was claimed, not handed over; again", try)
+			continue
+		}
+		require.Equal(t, c0.woken+1, c.woken, "the fire handed the task over (claimed %d -> %d)", c0.claimed, c.claimed)
+		require.Equal(t, c0.claimed, c.claimed, "no claim")
+		return
+	}
 }
 
 // Two timers of a cached run that come due together wake it twice, one
