@@ -237,15 +237,7 @@ func (h *hub) acquire() {
 
 // release undoes an acquire; the last one stops the hub and waits until it
 // has.
-func (h *hub) release() {
-	h.life.Lock()
-	defer h.life.Unlock()
-	h.refs--
-	if h.refs > 0 {
-		return
-	}
-	h.stop()
-}
+func (h *hub) release() { h.releaseAfter(false) }
 
 // resultLinger is how long a hub keeps running after the last Result
 // waiting on it returns. A client that starts a run and waits for it, then
@@ -259,14 +251,16 @@ const resultLinger = 100 * time.Millisecond
 
 // releaseLater is release for a Result: the last one leaves the hub running
 // for h.linger, in case another comes.
-func (h *hub) releaseLater() {
+func (h *hub) releaseLater() { h.releaseAfter(true) }
+
+func (h *hub) releaseAfter(linger bool) {
 	h.life.Lock()
 	defer h.life.Unlock()
 	h.refs--
 	if h.refs > 0 {
 		return
 	}
-	if h.linger <= 0 {
+	if !linger || h.linger <= 0 {
 		h.stop()
 		return
 	}
