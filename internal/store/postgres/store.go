@@ -93,8 +93,7 @@ const indexPlans = `SELECT set_config('enable_sort', 'off', true), set_config('e
 // its commit to reach the disk (synchronous_commit off): Postgres writes it
 // out within wal_writer_delay, or sooner with any later commit that waits.
 // Only a workflow-task claim commits so (see ClaimWorkflowTasks).
-const indexPlansNoFlush = `SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),
-    set_config('plan_cache_mode', 'force_generic_plan', true), set_config('synchronous_commit', 'off', true)`
+const indexPlansNoFlush = indexPlans + `, set_config('synchronous_commit', 'off', true)`
 
 // run runs sql with args, its results handed over by read (one of
 // QueuedQuery's QueryRow, Query or Exec), with the planner held to
