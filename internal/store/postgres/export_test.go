@@ -16,12 +16,25 @@ import (
 // until the returned commit sends the n submitted by then as one group.
 // commit returns how many of them statements for many writes did.
 func (s *Store) HoldGroup(t *testing.T) (commit func(n int) (merged int)) {
+	await, send := s.HoldGroupApart(t)
+	return func(n int) int {
+		await(n)
+		return send(n)
+	}
+}
+
+// HoldGroupApart is HoldGroup in two parts, for a group sent while the test
+// goes on: await returns once n writes are submitted (call it from the
+// test's goroutine), and send then sends them as one group.
+func (s *Store) HoldGroupApart(t *testing.T) (await func(n int), send func(n int) (merged int)) {
 	g := &grouper{s: s, reqs: make(chan *groupReq, 64), max: 64, running: true}
 	s.group.Store(g)
 	t.Cleanup(func() { s.group.CompareAndSwap(g, nil) })
-	return func(n int) int {
+	await = func(n int) {
 		require.Eventually(t, func() bool { return len(g.reqs) == n }, 10*time.Second, time.Millisecond,
 			"%d writes submitted", n)
+	}
+	send = func(n int) int {
 		batch := make([]*groupReq, n)
 		for i := range batch {
 			batch[i] = <-g.reqs
@@ -30,6 +43,7 @@ func (s *Store) HoldGroup(t *testing.T) (commit func(n int) (merged int)) {
 		g.commit(batch)
 		return int(s.merged.Load() - before)
 	}
+	return await, send
 }
 
 // HoldStarts turns batching on for s (at most max per statement) as if a
