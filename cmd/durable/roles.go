@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
+
+	"github.com/durable-go/durable/internal/store/postgres"
 )
 
 // rolesSQL is the script 'durable migrate roles' prints, with the role
@@ -22,6 +24,8 @@ var rolesTemplate = template.Must(template.New("roles").Funcs(template.FuncMap{
 	// are quoted all the same.
 	"ident":   func(s string) string { return pgx.Identifier{s}.Sanitize() },
 	"literal": func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" },
+	// The migrations' own table, created as the migrations create it.
+	"migrationsTable": func() string { return strings.TrimSpace(postgres.CreateMigrationsTable) },
 }).Parse(rolesSQL))
 
 // roleNames are the three roles of the roles script.

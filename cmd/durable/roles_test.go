@@ -352,10 +352,15 @@ func requireRefused(t *testing.T, db, sql string) {
 	require.Equal(t, "42501", pgErr.Code, "%s as %s: want insufficient_privilege, got %v", sql, db, err)
 }
 
-// requireDDLRefused checks that db's user cannot change the schema.
+// requireDDLRefused checks that db's user cannot change the schema, nor the
+// record of the migrations applied to it.
 func requireDDLRefused(t *testing.T, db string) {
 	t.Helper()
+	runSQL(t, db, "SELECT max(version) FROM durable_schema_migrations")
 	for _, sql := range []string{
+		"DELETE FROM durable_schema_migrations",
+		"INSERT INTO durable_schema_migrations (version, name) VALUES (999, 'evil')",
+		"UPDATE durable_schema_migrations SET version = 0",
 		"CREATE TABLE durable_evil (id bigint)",
 		"CREATE TABLE public.evil (id bigint)",
 		"DROP TABLE durable_runs",

@@ -200,7 +200,7 @@ func (s *Store) ListAppliedMigrations(ctx context.Context) ([]AppliedMigration, 
 func MigrationScript(after int) string {
 	var b strings.Builder
 	b.WriteString("-- durable schema migrations, applied in order.\n")
-	b.WriteString(strings.TrimSpace(createMigrationsTable) + ";\n")
+	b.WriteString(strings.TrimSpace(CreateMigrationsTable) + ";\n")
 	for _, m := range Migrations() {
 		if m.Version <= after {
 			continue

@@ -75,7 +75,9 @@ func SchemaHash() string {
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
 
-const createMigrationsTable = `
+// CreateMigrationsTable creates the table that records the applied
+// migrations, unless it exists.
+const CreateMigrationsTable = `
 CREATE TABLE IF NOT EXISTS durable_schema_migrations (
     version    integer     PRIMARY KEY,
     name       text        NOT NULL,
@@ -104,7 +106,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 		}
 	}()
 
-	if _, err := conn.Exec(ctx, createMigrationsTable); err != nil {
+	if _, err := conn.Exec(ctx, CreateMigrationsTable); err != nil {
 		return nil, fmt.Errorf("migrate: create durable_schema_migrations: %w", err)
 	}
 	applied, err := appliedVersions(ctx, conn.Conn())
