@@ -353,7 +353,8 @@ func requireRefused(t *testing.T, db, sql string) {
 }
 
 // requireDDLRefused checks that db's user cannot change the schema, nor the
-// record of the migrations applied to it.
+// record of the migrations applied to it, which it can read (engine.New
+// with SkipMigrate checks the schema's version there).
 func requireDDLRefused(t *testing.T, db string) {
 	t.Helper()
 	runSQL(t, db, "SELECT max(version) FROM durable_schema_migrations")
