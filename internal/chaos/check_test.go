@@ -209,3 +209,36 @@ FROM chaos_ledger WHERE idempotency_key = $1`, key)
 		})
 	}
 }
+
+// TestStaleWatchSeesARefusedWriteOnceItsLineIsWhole checks the live watch
+// the rig waits on: lines it has read are not read again, a line cut short
+// is read once it ends, and only a refused write counts.
+func TestStaleWatchSeesARefusedWriteOnceItsLineIsWhole(t *testing.T) {
+	dir := t.TempDir()
+	paths := []string{filepath.Join(dir, "worker-0.log"), filepath.Join(dir, "worker-1.log")}
+	appendLine := func(p, s string) {
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		require.NoError(t, err)
+		_, err = f.WriteString(s)
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+	}
+	s := newStaleWatch(paths)
+	look := func() bool {
+		s.next = time.Time{} // no wait between looks in the test
+		return s.found()
+	}
+	require.False(t, look(), "no log yet")
+
+	appendLine(paths[0], `{"level":"WARN","msg":"claim failed","pid":1}`+"\n")
+	require.False(t, look(), "a warning that is not a refused write")
+
+	refused := `{"level":"WARN","msg":"workflow task lease lost; its commit was refused","pid":2}`
+	appendLine(paths[1], refused[:30])
+	require.False(t, look(), "half a line")
+	require.Equal(t, int64(0), s.off[1], "half a line is read again on the next look")
+
+	appendLine(paths[1], refused[30:]+"\n")
+	require.True(t, look(), "the line is whole now")
+	require.True(t, s.found(), "once seen, always seen")
+}

@@ -73,6 +73,8 @@ type injector struct {
 	stops int
 	// errf reports a failure of the rig itself (not of the engine).
 	errf func(format string, args ...any)
+	// stale watches the workers' logs for a write fencing refused.
+	stale *staleWatch
 }
 
 // jitter returns a random duration in [d/2, 3d/2).
@@ -229,8 +231,8 @@ func (in *injector) stopServer(ctx context.Context) {
 }
 
 // allInjected reports whether every fault that is on has happened at
-// least once (a pause: of a worker that held claims; server stops: both
-// modes).
+// least once (a pause: of a worker that held claims, and a write fencing
+// refused; server stops: both modes). It is called from one goroutine.
 func (in *injector) allInjected() bool {
 	need := map[FaultKind]bool{}
 	if in.o.KillEvery > 0 {
@@ -253,7 +255,10 @@ func (in *injector) allInjected() bool {
 			delete(need, f.Kind)
 		}
 	}
-	return len(need) == 0
+	if len(need) > 0 {
+		return false
+	}
+	return in.o.PauseEvery == 0 || in.stale.found()
 }
 
 // killConns terminates a few random connections to the rig's database:

@@ -2,8 +2,10 @@ package chaos
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -203,4 +205,52 @@ func (wl *workerLogs) staleTotal() int {
 		n += v
 	}
 	return n
+}
+
+// staleWatch tails the workers' logs for a write that fencing refused, so
+// the rig can go on injecting faults until a pause has made a zombie: a
+// pause does not always make one (the paused worker may hold nothing
+// another worker claims before it resumes, or the server may be down
+// meanwhile). It is used from one goroutine.
+type staleWatch struct {
+	paths []string
+	off   []int64
+	seen  bool
+	next  time.Time
+}
+
+func newStaleWatch(paths []string) *staleWatch {
+	return &staleWatch{paths: paths, off: make([]int64, len(paths))}
+}
+
+// found reports whether any worker has logged a refused write so far. It
+// reads what the logs gained since its last look, at most four times a
+// second.
+func (s *staleWatch) found() bool {
+	if s.seen || time.Now().Before(s.next) {
+		return s.seen
+	}
+	s.next = time.Now().Add(250 * time.Millisecond)
+	for i, p := range s.paths {
+		f, err := os.Open(p)
+		if err != nil {
+			continue // the worker has not started yet
+		}
+		b, err := io.ReadAll(io.NewSectionReader(f, s.off[i], 1<<62))
+		f.Close()
+		if err != nil {
+			continue
+		}
+		// Only whole lines; the rest is read on the next look.
+		end := bytes.LastIndexByte(b, '\n') + 1
+		s.off[i] += int64(end)
+		for line := range bytes.Lines(b[:end]) {
+			var l logLine
+			if bytes.Contains(line, []byte(`"level":"WARN"`)) && json.Unmarshal(line, &l) == nil && staleKind(l.Msg) != "" {
+				s.seen = true
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -26,8 +26,9 @@ type Options struct {
 	// Workflows is the least number of workflows to start. Default 40.
 	Workflows int
 	// Duration is the least time to go on starting workflows and injecting
-	// faults; after it, and once every fault that is on has happened (for
-	// at most twice as long again), faults stop and the rest drains.
+	// faults; after it, and once every fault that is on has happened and,
+	// with pauses on, fencing has refused a write (for at most twice as long
+	// again), faults stop and the rest drains.
 	// Default 20s.
 	Duration time.Duration
 	// InFlight is the most workflows open at once. Default 30.
@@ -198,6 +199,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			r.violate("rig: "+format, args...)
 		},
 	}
+	in.stale = newStaleWatch(r.workerLogs())
 	for _, w := range r.workers {
 		if err := w.start(); err != nil {
 			return nil, err
@@ -226,7 +228,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 produce:
 	for seq := 1; ; seq++ {
 		// Go on until the duration is over, the workflows started and
-		// every fault happened; the last for at most twice the duration.
+		// every fault happened (with a refused write); the last for at most
+		// twice the duration.
 		if elapsed := time.Since(began); elapsed >= o.Duration && seq > o.Workflows && (in.allInjected() || elapsed >= 3*o.Duration) {
 			break
 		}
@@ -326,6 +329,16 @@ func (r *rig) setUp(ctx context.Context) error {
 func (r *rig) workerLog(slot int) string {
 	return filepath.Join(r.dir, fmt.Sprintf("worker-%d.log", slot))
 }
+
+// workerLogs lists the workers' log files, one per slot.
+func (r *rig) workerLogs() []string {
+	var logs []string
+	for i := range r.workers {
+		logs = append(logs, r.workerLog(i))
+	}
+	return logs
+}
+
 func (r *rig) workerStderr(slot int) string {
 	return filepath.Join(r.dir, fmt.Sprintf("worker-%d.stderr", slot))
 }
@@ -472,11 +485,7 @@ func (r *rig) retry(ctx context.Context, fn func(context.Context) error) bool {
 
 // report checks the database and the logs, and puts the report together.
 func (r *rig) report(ctx context.Context, began time.Time) (*Report, error) {
-	var logs []string
-	for i := range r.workers {
-		logs = append(logs, r.workerLog(i))
-	}
-	wl, err := readWorkerLogs(logs)
+	wl, err := readWorkerLogs(r.workerLogs())
 	if err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
 	}
