@@ -82,9 +82,12 @@ type config struct {
 	idle       int           // W5
 	procs      []int         // W6
 	conns      int
-	cache      int    // each engine's Options.CacheSize; 0 is the engine's default
-	cpuProfile string // file for the driver process's CPU profile, if set
-	memProfile string // file for the driver process's allocation profile, if set
+	cache      int // each engine's Options.CacheSize; 0 is the engine's default
+	// activityTime is how long each of W1's and W6's activities takes; 0
+	// makes them no-ops.
+	activityTime time.Duration
+	cpuProfile   string // file for the driver process's CPU profile, if set
+	memProfile   string // file for the driver process's allocation profile, if set
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -107,6 +110,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.conns, "conns", 20, "database connections per engine process (W6 caps its workers' total at 48)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the CPU profile of the driver's process (its engines, not W6's workers) while the workloads run to this file, for go tool pprof")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write the allocation profile of the driver's process (what it allocated from its start to the end of the workloads) to this file, for go tool pprof -sample_index=alloc_space")
+	fs.DurationVar(&c.activityTime, "activity-time", 0, "W1 and W6: how long each activity takes, waiting on a timer (0: a no-op); with W6, shows how processes scale where the machine's CPU is not the limit")
 	fs.IntVar(&c.cache, "cache", 0, "live runs each engine keeps in its workflow cache (engine.Options.CacheSize; 0: the engine's default, 10,000)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -163,6 +167,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.sleep <= 0 {
 		return c, errors.New("-sleep must be positive")
+	}
+	if c.activityTime < 0 {
+		return c, errors.New("-activity-time must not be negative (0 makes the activities no-ops)")
 	}
 	return c, nil
 }

@@ -96,6 +96,32 @@ func TestShortRun(t *testing.T) {
 	}
 }
 
+// With -activity-time, W1 and W6 run ThreeWaits: every run takes at least
+// its three waits, in whichever process runs it, and the lines say so.
+func TestActivityTime(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Database(t)
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), []string{"-json-only", "-workloads", "W1,W6", "-n", "20", "-procs", "1", "-activity-time", "30ms", "-db", db}, &stdout, &stderr)
+	require.NoError(t, err, "stderr:\n%s", stderr.String())
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	require.Len(t, lines, 2, stdout.String())
+	var w1, w6 map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &w1))
+	require.NoError(t, json.Unmarshal([]byte(lines[1]), &w6))
+	for _, m := range []map[string]any{w1, w6} {
+		require.InDelta(t, 30.0, field[float64](t, m, "activity_ms"), 0)
+	}
+	points := field[[]any](t, w6, "points")
+	require.Len(t, points, 1)
+	w6p, ok := points[0].(map[string]any)
+	require.True(t, ok)
+	for name, m := range map[string]map[string]any{"W1": w1, "W6": w6p} {
+		requireLoad(t, m, 20)
+		require.GreaterOrEqual(t, field[float64](t, m, "p50_ms"), 90.0, "%s: a run waits 3 x 30 ms", name)
+	}
+}
+
 // The profiles asked for are written, in pprof's format (gzipped).
 func TestProfiles(t *testing.T) {
 	t.Parallel()
@@ -157,6 +183,7 @@ func TestParseFlags(t *testing.T) {
 			require.Equal(t, []int{1, 2, 4}, c.procs)
 			require.Equal(t, 2*time.Second, c.sleep)
 			require.Zero(t, c.cache, "0 keeps the engine's default cache size")
+			require.Zero(t, c.activityTime, "no-op activities")
 		}},
 		{name: "cache", args: []string{"-cache", "40000"}, check: func(t *testing.T, c config) {
 			require.Equal(t, 40000, c.cache)
@@ -168,6 +195,10 @@ func TestParseFlags(t *testing.T) {
 			require.Equal(t, "w1.mem", c.memProfile)
 		}},
 		{name: "negative cache", args: []string{"-cache", "-1"}, wantErr: "-cache must not be negative"},
+		{name: "activity time", args: []string{"-activity-time", "20ms"}, check: func(t *testing.T, c config) {
+			require.Equal(t, 20*time.Millisecond, c.activityTime)
+		}},
+		{name: "negative activity time", args: []string{"-activity-time", "-1ms"}, wantErr: "-activity-time must not be negative"},
 		{name: "short", args: []string{"-short"}, check: func(t *testing.T, c config) {
 			require.Equal(t, 50, c.workflows)
 			require.Equal(t, 200*time.Millisecond, c.sleep)

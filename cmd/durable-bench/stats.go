@@ -123,13 +123,15 @@ func busyCPU() time.Duration {
 type w1Result struct {
 	Workload string `json:"workload"`
 	Starters int    `json:"starters"`
+	// ActivityMS is -activity-time; 0 (left out) for no-op activities.
+	ActivityMS float64 `json:"activity_ms,omitempty"`
 	loadFigures
 }
 
 func (r w1Result) name() string { return r.Workload }
 func (r w1Result) rows() []row {
 	return []row{
-		{fmt.Sprintf("%d workflows of 3 no-op activities, %d starters, in-process", r.Workflows, r.Starters),
+		{fmt.Sprintf("%d workflows of 3 %s, %d starters, in-process", r.Workflows, activities(r.ActivityMS), r.Starters),
 			fmt.Sprintf("%s workflows/s (%s s)", num(r.Throughput), num(r.Seconds))},
 		{"start to result", r.latency.text()},
 		{"transactions per activity step", fmt.Sprintf("%s (%d commits)", num(r.CommitsPerStep), r.Commits)},
@@ -227,9 +229,11 @@ type w6Point struct {
 }
 
 type w6Result struct {
-	Workload string    `json:"workload"`
-	Starters int       `json:"starters"`
-	Points   []w6Point `json:"points"`
+	Workload string `json:"workload"`
+	Starters int    `json:"starters"`
+	// ActivityMS is -activity-time; 0 (left out) for no-op activities.
+	ActivityMS float64   `json:"activity_ms,omitempty"`
+	Points     []w6Point `json:"points"`
 }
 
 func (r w6Result) name() string { return r.Workload }
@@ -237,12 +241,20 @@ func (r w6Result) rows() []row {
 	var rows []row
 	for _, p := range r.Points {
 		rows = append(rows, row{
-			fmt.Sprintf("%d workflows, %d engine process(es), started from another", p.Workflows, p.Processes),
+			fmt.Sprintf("%d workflows of 3 %s, %d engine process(es), started from another", p.Workflows, activities(r.ActivityMS), p.Processes),
 			fmt.Sprintf("%s workflows/s (x%s), %s, %s transactions/step, %s ms CPU/workflow",
 				num(p.Throughput), num(p.Speedup), p.latency.text(), num(p.CommitsPerStep), num(p.BusyCPU)),
 		})
 	}
 	return rows
+}
+
+// activities names W1's and W6's activities in the table.
+func activities(ms float64) string {
+	if ms == 0 {
+		return "no-op activities"
+	}
+	return fmt.Sprintf("activities of %s ms", num(ms))
 }
 
 // measureMemory returns the goroutine count and live heap after a full GC.

@@ -26,6 +26,39 @@ func ThreeNoops(ctx workflow.Context, x int) (int, error) {
 	return x, nil
 }
 
+// Step is the input and result of a Wait activity, and ThreeWaits's input.
+type Step struct {
+	X int `json:"x"`
+	// Wait is how long the activity takes.
+	Wait time.Duration `json:"wait"`
+}
+
+// Wait is the activity W1 and W6 run instead of Noop with -activity-time:
+// x -> x+1 after in.Wait (a timer, not the CPU).
+func Wait(ctx context.Context, in Step) (Step, error) {
+	t := time.NewTimer(in.Wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return Step{}, ctx.Err()
+	}
+	in.X++
+	return in, nil
+}
+
+// ThreeWaits is W1's and W6's workflow with -activity-time: three Waits in
+// a row.
+func ThreeWaits(ctx workflow.Context, in Step) (int, error) {
+	for range 3 {
+		var err error
+		if in, err = workflow.ExecuteActivity(ctx, Wait, in).Get(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return in.X, nil
+}
+
 // OneNoop is W2's workflow.
 func OneNoop(ctx workflow.Context, x int) (int, error) {
 	return workflow.ExecuteActivity(ctx, Noop, x).Get(ctx)
@@ -46,6 +79,8 @@ func SleepWeek(ctx workflow.Context, _ int) (int, error) {
 func register(e *engine.Engine) error {
 	return errors.Join(
 		engine.RegisterActivity(e, Noop, activity.Options{}),
+		engine.RegisterActivity(e, Wait, activity.Options{}),
+		engine.RegisterWorkflow(e, ThreeWaits, engine.WorkflowOptions{}),
 		engine.RegisterWorkflow(e, ThreeNoops, engine.WorkflowOptions{}),
 		engine.RegisterWorkflow(e, OneNoop, engine.WorkflowOptions{}),
 		engine.RegisterWorkflow(e, Sleeper, engine.WorkflowOptions{}),
@@ -126,6 +161,15 @@ feed:
 	return loopTimes{lat: lat, started: lastStarted.Sub(first), span: lastResult.Sub(first), busy: busy}, nil
 }
 
+// threeSteps is W1's and W6's open loop on e: ThreeNoops, or ThreeWaits
+// with -activity-time.
+func (b *bench) threeSteps(ctx context.Context, e *engine.Engine) (loopTimes, error) {
+	if d := b.cfg.activityTime; d > 0 {
+		return openLoop(ctx, e, ThreeWaits, func(i int) Step { return Step{X: i, Wait: d} }, b.cfg.workflows, b.cfg.starters)
+	}
+	return openLoop(ctx, e, ThreeNoops, identity, b.cfg.workflows, b.cfg.starters)
+}
+
 func later(a, b time.Time) time.Time {
 	if b.After(a) {
 		return b
@@ -167,7 +211,7 @@ func (b *bench) w1(ctx context.Context) (result, error) {
 	if err != nil {
 		return nil, err
 	}
-	lt, err := openLoop(ctx, r.Engine, ThreeNoops, identity, b.cfg.workflows, b.cfg.starters)
+	lt, err := b.threeSteps(ctx, r.Engine)
 	if err := errors.Join(err, r.stop()); err != nil {
 		return nil, err
 	}
@@ -176,7 +220,7 @@ func (b *bench) w1(ctx context.Context) (result, error) {
 		return nil, err
 	}
 	return w1Result{
-		Workload: "W1", Starters: b.cfg.starters,
+		Workload: "W1", Starters: b.cfg.starters, ActivityMS: ms(b.cfg.activityTime),
 		loadFigures: newLoadFigures(b.cfg.workflows, lt, c1-c0),
 	}, nil
 }
@@ -281,7 +325,7 @@ func (b *bench) w3(ctx context.Context) (result, error) {
 // w6 is W6: W1 against 1, 2, 4... worker processes, started from the
 // driver's process, which does not run the engine.
 func (b *bench) w6(ctx context.Context) (result, error) {
-	res := w6Result{Workload: "W6", Starters: b.cfg.starters}
+	res := w6Result{Workload: "W6", Starters: b.cfg.starters, ActivityMS: ms(b.cfg.activityTime)}
 	for _, procs := range b.cfg.procs {
 		c0, err := b.commits(ctx)
 		if err != nil {
@@ -297,7 +341,7 @@ func (b *bench) w6(ctx context.Context) (result, error) {
 		e, closeClient, err := b.client(ctx)
 		var lt loopTimes
 		if err == nil {
-			lt, err = openLoop(ctx, e, ThreeNoops, identity, b.cfg.workflows, b.cfg.starters)
+			lt, err = b.threeSteps(ctx, e)
 			closeClient()
 		}
 		if err := errors.Join(err, w.stop()); err != nil {
