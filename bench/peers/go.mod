@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/dbos-inc/dbos-transact-golang v1.8.0
+	github.com/durable-go/durable v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
@@ -26,3 +27,5 @@ require (
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
+
+replace github.com/durable-go/durable => ../..

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable/engine"
+	"github.com/durable-go/durable/internal/benchkit"
 )
 
 // bench is one run of the driver: the database the workloads run in and a
@@ -213,36 +214,10 @@ func (r *running) stop() error {
 	return nil
 }
 
-// commits returns the transactions committed in the bench database so far.
-// It first waits until no client is connected to the database: a backend
-// flushes its counters when it exits, but an idle one may hold them for
-// up to 10 s. So every pool on the database must be closed by then.
+// commits returns the transactions committed in the bench database so far,
+// once every pool on it is closed (benchkit.Commits).
 func (b *bench) commits(ctx context.Context) (int64, error) {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var clients int
-		if err := b.admin.QueryRow(ctx, `
-			SELECT count(*) FROM pg_stat_activity
-			WHERE datname = $1 AND backend_type = 'client backend'`, b.dbName).Scan(&clients); err != nil {
-			return 0, fmt.Errorf("count clients of %s: %w", b.dbName, err)
-		}
-		if clients == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("%d clients still connected to %s after a minute: cannot read its commit count", clients, b.dbName)
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	var n int64
-	if err := b.admin.QueryRow(ctx, "SELECT xact_commit FROM pg_stat_database WHERE datname = $1", b.dbName).Scan(&n); err != nil {
-		return 0, fmt.Errorf("read commit count of %s: %w", b.dbName, err)
-	}
-	return n, nil
+	return benchkit.Commits(ctx, b.admin, b.dbName)
 }
 
 // dbSize returns the size of the bench database in bytes.

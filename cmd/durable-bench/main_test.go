@@ -245,15 +245,3 @@ W2        200 x start + result of a one-activity workflow, in the worker process
           the same while another Result waits in that process                     p50 0.000 ms, p99 0.000 ms
 `, b.String())
 }
-
-func TestQuantile(t *testing.T) {
-	t.Parallel()
-	ds := make([]time.Duration, 200)
-	for i := range ds {
-		ds[i] = time.Duration(i+1) * time.Millisecond
-	}
-	require.Equal(t, 100*time.Millisecond, quantile(ds, 0.5))
-	require.Equal(t, 198*time.Millisecond, quantile(ds, 0.99))
-	require.Equal(t, time.Duration(0), quantile(nil, 0.5))
-	require.Equal(t, time.Millisecond, quantile(ds[:1], 0.99))
-}

@@ -15,6 +15,7 @@ import (
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/engine"
 	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/benchkit"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -90,7 +91,7 @@ func (b *bench) w4(ctx context.Context) (result, error) {
 		warm = append(warm, d)
 	}
 	slices.Sort(warm)
-	res.MemoryColdMS, res.MemoryMS = ms(cold), ms(quantile(warm, 0.5))
+	res.MemoryColdMS, res.MemoryMS = ms(cold), ms(benchkit.Quantile(warm, 0.5))
 
 	res.FileBytes, res.FileMS, err = replayFile(ctx, rp, h)
 	if err != nil {
@@ -185,7 +186,7 @@ func (b *bench) recordedRun(ctx context.Context, e *engine.Engine, clock *stepCl
 func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	return quantile(s, 0.5)
+	return benchkit.Quantile(s, 0.5)
 }
 
 // stepClock times the steps of a TimedLoop run: its TimedStep activity

@@ -3,12 +3,11 @@ package main
 import (
 	"fmt"
 	"math"
-	"os"
 	"runtime"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/durable-go/durable/internal/benchkit"
 )
 
 // result is what one workload measured: encoded as its JSON line, and
@@ -30,20 +29,10 @@ type latency struct {
 // latencyOf returns the nearest-rank p50 and p99 of ds (which it sorts).
 func latencyOf(ds []time.Duration) latency {
 	slices.Sort(ds)
-	return latency{P50: ms(quantile(ds, 0.50)), P99: ms(quantile(ds, 0.99))}
+	return latency{P50: ms(benchkit.Quantile(ds, 0.50)), P99: ms(benchkit.Quantile(ds, 0.99))}
 }
 
 func (l latency) text() string { return fmt.Sprintf("p50 %s ms, p99 %s ms", num(l.P50), num(l.P99)) }
-
-// quantile returns the nearest-rank q-quantile of sorted ds: the smallest
-// value with at least q of the values at or below it.
-func quantile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[max(i, 0)]
-}
 
 // ms is d in milliseconds, to the microsecond.
 func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
@@ -84,40 +73,16 @@ type loadFigures struct {
 	BusyCPU float64 `json:"busy_cpu_ms_per_workflow"`
 }
 
-func newLoadFigures(workflows int, lt loopTimes, commits int64) loadFigures {
+func newLoadFigures(workflows int, lt benchkit.Loop, commits int64) loadFigures {
 	return loadFigures{
 		Workflows:      workflows,
-		Seconds:        round(lt.span.Seconds(), 3),
-		Throughput:     round(float64(workflows)/lt.span.Seconds(), 1),
-		latency:        latencyOf(lt.lat),
+		Seconds:        round(lt.Span.Seconds(), 3),
+		Throughput:     round(float64(workflows)/lt.Span.Seconds(), 1),
+		latency:        latencyOf(lt.Lat),
 		Commits:        commits,
 		CommitsPerStep: round(float64(commits)/float64(workflows*3), 3),
-		BusyCPU:        round(ms(lt.busy)/float64(workflows), 3),
+		BusyCPU:        round(ms(lt.Busy)/float64(workflows), 3),
 	}
-}
-
-// busyCPU returns the machine's busy CPU time so far, from the first line
-// of /proc/stat (user, nice, system, irq, softirq and steal, in USER_HZ
-// ticks of 10 ms), or 0 where there is no /proc/stat.
-func busyCPU() time.Duration {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return 0
-	}
-	var ticks int64
-	for _, i := range []int{1, 2, 3, 6, 7, 8} { // not 4 idle, 5 iowait
-		n, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil {
-			return 0
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
 type w1Result struct {

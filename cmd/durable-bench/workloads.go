@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/engine"
+	"github.com/durable-go/durable/internal/benchkit"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -89,92 +89,32 @@ func register(e *engine.Engine) error {
 	)
 }
 
-// loopTimes is what openLoop measured.
-type loopTimes struct {
-	// lat is each run's time from its start call to its result.
-	lat []time.Duration
-	// started is from the first start call to the return of the last.
-	started time.Duration
-	// span is from the first start call to the last result.
-	span time.Duration
-	// busy is the machine's busy CPU time over the span.
-	busy time.Duration
-}
-
 // openLoop starts n runs of wf from starters goroutines as fast as they go
 // (in(i) is the i-th run's input); each start is followed by a goroutine
 // that waits for the run's result with Run.Result. The first error stops
 // it.
-func openLoop[In, Out any](ctx context.Context, e *engine.Engine, wf func(workflow.Context, In) (Out, error), in func(int) In, n, starters int) (loopTimes, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var (
-		mu          sync.Mutex
-		lat         = make([]time.Duration, 0, n)
-		lastStarted time.Time
-		lastResult  time.Time
-		wg          sync.WaitGroup
-	)
-	next := make(chan int)
-	busy0, first := busyCPU(), time.Now()
-	for range starters {
-		wg.Go(func() {
-			for i := range next {
-				t0 := time.Now()
-				r, err := engine.Start(ctx, e, wf, in(i), engine.StartOptions{})
-				if err != nil {
-					cancel(fmt.Errorf("start run %d: %w", i, err))
-					continue
-				}
-				t1 := time.Now()
-				mu.Lock()
-				lastStarted = later(lastStarted, t1)
-				mu.Unlock()
-				wg.Go(func() {
-					if _, err := r.Result(ctx); err != nil {
-						cancel(fmt.Errorf("result of run %s: %w", r.RunID, err))
-						return
-					}
-					t2 := time.Now()
-					mu.Lock()
-					lat = append(lat, t2.Sub(t0))
-					lastResult = later(lastResult, t2)
-					mu.Unlock()
-				})
-			}
-		})
-	}
-feed:
-	for i := range n {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
+func openLoop[In, Out any](ctx context.Context, e *engine.Engine, wf func(workflow.Context, In) (Out, error), in func(int) In, n, starters int) (benchkit.Loop, error) {
+	return benchkit.OpenLoop(ctx, n, starters, func(ctx context.Context, i int) (func(context.Context) error, error) {
+		r, err := engine.Start(ctx, e, wf, in(i), engine.StartOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("start run %d: %w", i, err)
 		}
-	}
-	close(next)
-	wg.Wait()
-	busy := busyCPU() - busy0
-	if err := context.Cause(ctx); err != nil {
-		return loopTimes{}, err
-	}
-	return loopTimes{lat: lat, started: lastStarted.Sub(first), span: lastResult.Sub(first), busy: busy}, nil
+		return func(ctx context.Context) error {
+			if _, err := r.Result(ctx); err != nil {
+				return fmt.Errorf("result of run %s: %w", r.RunID, err)
+			}
+			return nil
+		}, nil
+	})
 }
 
 // threeSteps is W1's and W6's open loop on e: ThreeNoops, or ThreeWaits
 // with -activity-time.
-func (b *bench) threeSteps(ctx context.Context, e *engine.Engine) (loopTimes, error) {
+func (b *bench) threeSteps(ctx context.Context, e *engine.Engine) (benchkit.Loop, error) {
 	if d := b.cfg.activityTime; d > 0 {
 		return openLoop(ctx, e, ThreeWaits, func(i int) Step { return Step{X: i, Wait: d} }, b.cfg.workflows, b.cfg.starters)
 	}
 	return openLoop(ctx, e, ThreeNoops, identity, b.cfg.workflows, b.cfg.starters)
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 func identity(i int) int { return i }
@@ -313,12 +253,12 @@ func (b *bench) w3(ctx context.Context) (result, error) {
 	if err := errors.Join(err, r.stop()); err != nil {
 		return nil, err
 	}
-	for i := range lt.lat {
-		lt.lat[i] -= sleep
+	for i := range lt.Lat {
+		lt.Lat[i] -= sleep
 	}
 	return w3Result{
 		Workload: "W3", Runs: b.cfg.sleepers, SleepMS: ms(sleep),
-		StartSeconds: round(lt.started.Seconds(), 3), Lateness: latencyOf(lt.lat),
+		StartSeconds: round(lt.Started.Seconds(), 3), Lateness: latencyOf(lt.Lat),
 	}, nil
 }
 
@@ -339,7 +279,7 @@ func (b *bench) w6(ctx context.Context) (result, error) {
 			return nil, err
 		}
 		e, closeClient, err := b.client(ctx)
-		var lt loopTimes
+		var lt benchkit.Loop
 		if err == nil {
 			lt, err = b.threeSteps(ctx, e)
 			closeClient()
@@ -413,30 +353,14 @@ func (b *bench) sleepingRuns(ctx context.Context, r *running) (result, error) {
 // the database holds wantTimers timers and no workflow task: every run is
 // asleep.
 func (b *bench) putToSleep(ctx context.Context, r *running, n, wantTimers int) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range b.cfg.starters {
-		wg.Go(func() {
-			for i := range next {
-				if _, err := engine.Start(ctx, r.Engine, SleepWeek, i, engine.StartOptions{}); err != nil {
-					cancel(fmt.Errorf("start run %d: %w", i, err))
-				}
-			}
-		})
-	}
-feed:
-	for i := range n {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
+	// The open loop's starters, with nothing to wait for.
+	_, err := benchkit.OpenLoop(ctx, n, b.cfg.starters, func(ctx context.Context, i int) (func(context.Context) error, error) {
+		if _, err := engine.Start(ctx, r.Engine, SleepWeek, i, engine.StartOptions{}); err != nil {
+			return nil, fmt.Errorf("start run %d: %w", i, err)
 		}
-	}
-	close(next)
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
+		return func(context.Context) error { return nil }, nil
+	})
+	if err != nil {
 		return err
 	}
 	deadline := time.Now().Add(10 * time.Minute)

@@ -1,11 +1,12 @@
 // Package peerbench is what the peer-engine benchmarks share: their flags,
 // the bench database's creation and removal, the W1 open loop and the W2
-// sequential round trips, the machine's busy CPU from /proc/stat,
-// percentiles, and the table and JSON lines they print.
+// sequential round trips, and the table and JSON lines they print.
 //
 // The workloads are defined as in durable's own load driver
-// (cmd/durable-bench), so the figures of the three engines can be put side
-// by side; this package does not import durable.
+// (cmd/durable-bench), and measured with the same code
+// (internal/benchkit: the open loop, busy CPU, percentiles, commit
+// counts), so the figures of the three engines can be put side by side.
+// Nothing else of durable's is used.
 package peerbench
 
 import (
@@ -21,14 +22,14 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/internal/benchkit"
 )
 
 // Workflow kinds an engine starts.
@@ -288,94 +289,18 @@ func w2(ctx context.Context, c Config, p Peer, db *DB) (W2Result, error) {
 	return W2Result{Engine: p.Name, Workload: "W2", Runs: c.Sequential, P50: l.P50, P99: l.P99}, nil
 }
 
-// LoopTimes is what OpenLoop measured.
-type LoopTimes struct {
-	// Lat is each workflow's time from its start call to its result.
-	Lat []time.Duration
-	// Span is from the first start call to the last result.
-	Span time.Duration
-	// Busy is the machine's busy CPU time over the span.
-	Busy time.Duration
-}
-
 // OpenLoop starts n Three workflows on e, inputs 0..n-1, from starters
-// goroutines fed by a channel as fast as they go; each start is followed by
-// a goroutine that waits for its result. The first error stops it.
-func OpenLoop(ctx context.Context, e Engine, n, starters int) (LoopTimes, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var (
-		mu         sync.Mutex
-		lat        = make([]time.Duration, 0, n)
-		lastResult time.Time
-		wg         sync.WaitGroup
-	)
-	next := make(chan int)
-	busy0, first := BusyCPU(), time.Now()
-	for range starters {
-		wg.Go(func() {
-			for i := range next {
-				t0 := time.Now()
-				wait, err := e.Start(ctx, Three, i)
-				if err != nil {
-					cancel(fmt.Errorf("start workflow %d: %w", i, err))
-					continue
-				}
-				wg.Go(func() {
-					if err := check(ctx, wait, Three, i); err != nil {
-						cancel(err)
-						return
-					}
-					t2 := time.Now()
-					mu.Lock()
-					lat = append(lat, t2.Sub(t0))
-					if t2.After(lastResult) {
-						lastResult = t2
-					}
-					mu.Unlock()
-				})
-			}
-		})
-	}
-feed:
-	for i := range n {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	busy := BusyCPU() - busy0
-	if err := context.Cause(ctx); err != nil {
-		return LoopTimes{}, err
-	}
-	return LoopTimes{Lat: lat, Span: lastResult.Sub(first), Busy: busy}, nil
-}
-
-// BusyCPU returns the machine's busy CPU time so far, from the first line
-// of /proc/stat (user, nice, system, irq, softirq and steal, in USER_HZ
-// ticks of 10 ms), or 0 where there is no /proc/stat.
-func BusyCPU() time.Duration {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return 0
-	}
-	var ticks int64
-	for _, i := range []int{1, 2, 3, 6, 7, 8} { // not 4 idle, 5 iowait
-		n, err := strconv.ParseInt(f[i], 10, 64)
+// goroutines as fast as they go (benchkit.OpenLoop, as durable-bench's W1);
+// each start is followed by a goroutine that waits for its result and
+// checks it. The first error stops it.
+func OpenLoop(ctx context.Context, e Engine, n, starters int) (benchkit.Loop, error) {
+	return benchkit.OpenLoop(ctx, n, starters, func(ctx context.Context, i int) (func(context.Context) error, error) {
+		wait, err := e.Start(ctx, Three, i)
 		if err != nil {
-			return 0
+			return nil, fmt.Errorf("start workflow %d: %w", i, err)
 		}
-		ticks += n
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond
+		return func(ctx context.Context) error { return check(ctx, wait, Three, i) }, nil
+	})
 }
 
 // Latency is the median and 99th percentile of a set of durations, in ms.
@@ -384,17 +309,7 @@ type Latency struct{ P50, P99 float64 }
 // LatencyOf returns the nearest-rank p50 and p99 of ds (which it sorts).
 func LatencyOf(ds []time.Duration) Latency {
 	slices.Sort(ds)
-	return Latency{P50: MS(Quantile(ds, 0.50)), P99: MS(Quantile(ds, 0.99))}
-}
-
-// Quantile returns the nearest-rank q-quantile of sorted: the smallest
-// value with at least q of the values at or below it.
-func Quantile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[max(i, 0)]
+	return Latency{P50: MS(benchkit.Quantile(ds, 0.50)), P99: MS(benchkit.Quantile(ds, 0.99))}
 }
 
 // MS is d in milliseconds, to the microsecond.
@@ -497,40 +412,9 @@ func (d *DB) Close(keep bool, stderr io.Writer) error {
 	return errors.Join(err, d.admin.Close(ctx))
 }
 
-// Commits returns pg_stat_database.xact_commit of the bench database. It
-// first waits until no client is connected to the database (a backend
-// flushes its counters when it exits, an idle one may hold them for
-// seconds), then another 600 ms for the statistics to settle: every engine
-// must have closed its connections by then.
+// Commits returns pg_stat_database.xact_commit of the bench database,
+// once no client is connected to it (benchkit.Commits, as durable-bench
+// reads it): every engine must have closed its connections by then.
 func (d *DB) Commits(ctx context.Context) (int64, error) {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var clients int
-		if err := d.admin.QueryRow(ctx, `
-			SELECT count(*) FROM pg_stat_activity
-			WHERE datname = $1 AND backend_type = 'client backend'`, d.Name).Scan(&clients); err != nil {
-			return 0, fmt.Errorf("count clients of %s: %w", d.Name, err)
-		}
-		if clients == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("%d clients still connected to %s after a minute: cannot read its commit count", clients, d.Name)
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	select {
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-time.After(600 * time.Millisecond):
-	}
-	var n int64
-	if err := d.admin.QueryRow(ctx, "SELECT xact_commit FROM pg_stat_database WHERE datname = $1", d.Name).Scan(&n); err != nil {
-		return 0, fmt.Errorf("read commit count of %s: %w", d.Name, err)
-	}
-	return n, nil
+	return benchkit.Commits(ctx, d.admin, d.Name)
 }
