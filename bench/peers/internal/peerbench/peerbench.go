@@ -376,16 +376,13 @@ func CreateDB(ctx context.Context) (*DB, error) {
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		return nil, errors.Join(fmt.Errorf("create database %s: %w", name, err), admin.Close(ctx))
 	}
-	u, err := withDatabase(raw, name)
-	if err != nil {
-		return nil, err
-	}
+	u := withDatabase(raw, name)
 	return &DB{Name: name, URL: u, admin: admin}, nil
 }
 
 // withDatabase returns the URL (or key=value DSN) raw with its database
 // replaced by name.
-func withDatabase(raw, name string) (string, error) {
+func withDatabase(raw, name string) string {
 	if strings.HasPrefix(raw, "postgres://") || strings.HasPrefix(raw, "postgresql://") {
 		rest, query, _ := strings.Cut(raw, "?")
 		scheme, hostpart, _ := strings.Cut(rest, "://")
@@ -394,9 +391,9 @@ func withDatabase(raw, name string) (string, error) {
 		if query != "" {
 			u += "?" + query
 		}
-		return u, nil
+		return u
 	}
-	return raw + " dbname=" + name, nil
+	return raw + " dbname=" + name
 }
 
 // Close drops the database unless keep, and closes the admin connection.
