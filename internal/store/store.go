@@ -264,6 +264,16 @@ type CommitWorkflowTaskParams struct {
 	Token         int64
 	// ProcessedEventID is the last history event the task consumed.
 	ProcessedEventID int64
+	// NextEventID, if set, is the run's next event ID when the task read
+	// its history. The commit then takes effect only if nothing was
+	// appended since, and returns ErrRunMoved, writing nothing, if
+	// something was (ErrLeaseLost if the claim is gone). A commit whose
+	// Events hold events the task consumed sets it: the outcome of an
+	// activity that ran before its schedule committed follows the
+	// schedule, and ProcessedEventID is the outcome's ID. An event of
+	// another writer before them would change what the code saw. It is
+	// not used with Outcome.
+	NextEventID int64
 	// Events are the commands the task produced, appended in order.
 	Events []history.Attributes
 	// Activities and Timers are created with the events.

@@ -187,6 +187,9 @@ const commitWorkflowTaskSQL = commitLockCTE + `, acts_locked AS (
         closed_at = CASE WHEN @close_status::text IS NULL THEN NULL ELSE @now::timestamptz END
     FROM lock
     WHERE r.run_id = @run_id AND r.run_id = lock.run_id AND ` + runOpen + `
+      -- A commit that carries events its task consumed takes effect only on
+      -- the history that task saw (store.CommitWorkflowTaskParams.NextEventID).
+      AND (@expect_next::bigint = 0 OR r.next_event_id = @expect_next)
       -- Always true; it makes the activity tasks locked before the run row
       -- (a condition on no row of the UPDATE, evaluated before its scan).
       AND (SELECT count(*) FROM acts_locked) >= 0
@@ -232,13 +235,15 @@ const commitWorkflowTaskSQL = commitLockCTE + `, acts_locked AS (
     RETURNING queue
 ), del AS (
     DELETE FROM durable_workflow_tasks t USING run
-    WHERE t.run_id = run.run_id AND (@close_status::text IS NOT NULL OR run.first_id = @processed + 1)
+    WHERE t.run_id = run.run_id
+      AND (@close_status::text IS NOT NULL OR run.first_id = @processed + 1 OR @expect_next::bigint <> 0)
 ), rel AS (
     UPDATE durable_workflow_tasks t
     SET locked_by = NULL, locked_until = NULL, run_after = @now, attempts = 0, last_error = NULL,
         token = nextval('durable_task_token') -- this claim is done: its token must not write again
     FROM run
     WHERE t.run_id = run.run_id AND @close_status::text IS NULL AND run.first_id <> @processed + 1
+      AND @expect_next::bigint = 0
     RETURNING t.queue
 )
 SELECT (SELECT count(*) FROM run), (SELECT first_id FROM run),
@@ -364,6 +369,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 	args := getCommitArgs()
 	defer putCommitArgs(args)
 	args["run_id"], args["token"], args["processed"], args["now"] = in.RunID, in.Token, in.ProcessedEventID, in.Now
+	args["expect_next"] = in.NextEventID
 	args["types"], args["attrs"], args["canceled"] = types, attrs, in.CanceledTimers
 	if in.CanceledTimers == nil {
 		args["canceled"] = []int64{}
@@ -421,7 +427,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 		})
 	} else {
 		sql, many := commitWorkflowTaskSQL, (*manyStmt)(nil)
-		if in.IsStep() {
+		if in.IsStep() && in.NextEventID == 0 {
 			sql, many = commitStepSQL, commitStepMany
 		}
 		err = s.queryRowMany(ctx, in.RunID, sql, many, args, scan)
@@ -430,7 +436,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 		return ready, fmt.Errorf("commit workflow task of run %s: %w", in.RunID, translate(err))
 	}
 	if ok == 0 {
-		return ready, store.ErrLeaseLost
+		return ready, s.refused(ctx, in)
 	}
 	if released != nil {
 		ready.WorkflowQueues = []string{*released}
@@ -439,6 +445,25 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 		ready.FirstEventID = *first
 	}
 	return handedOff(in, ready, claimed), nil
+}
+
+// refused tells why a commit took no effect: ErrRunMoved if it required
+// the history its task saw (NextEventID) and the task is still its own,
+// else ErrLeaseLost.
+func (s *Store) refused(ctx context.Context, in store.CommitWorkflowTaskParams) error {
+	if in.NextEventID == 0 {
+		return store.ErrLeaseLost
+	}
+	var held bool
+	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM durable_workflow_tasks WHERE run_id = $1 AND token = $2)`,
+		in.RunID, in.Token).Scan(&held)
+	switch {
+	case err != nil:
+		return fmt.Errorf("commit workflow task of run %s: refused; look up its claim: %w", in.RunID, translate(err))
+	case held:
+		return store.ErrRunMoved
+	}
+	return store.ErrLeaseLost
 }
 
 // handedOff completes a commit's Ready with the activity tasks it claimed

@@ -65,6 +65,7 @@ var cases = []struct {
 	{"CommitAppendsEventsCreatesActivitiesAndDeletesTask", testCommitAppendsEventsCreatesActivitiesAndDeletesTask},
 	{"CommitWithCloseClosesRun", testCommitWithCloseClosesRun},
 	{"CommitKeepsTaskReadyWhenEventsArrivedMeanwhile", testCommitKeepsTaskReadyWhenEventsArrivedMeanwhile},
+	{"CommitWithNextEventIDRequiresTheHistoryItSaw", testCommitWithNextEventIDRequiresTheHistoryItSaw},
 	{"SecondCommitWithSameTokenIsRejected", testSecondCommitWithSameTokenIsRejected},
 	{"CommitRacingCompletionLeavesTaskReady", testCommitRacingCompletionLeavesTaskReady},
 	{"FailWorkflowTaskKeepsErrorAndDelays", testFailWorkflowTaskKeepsErrorAndDelays},

@@ -317,6 +317,65 @@ func testCommitKeepsTaskReadyWhenEventsArrivedMeanwhile(t *testing.T, b *bundle)
 	require.Equal(t, int64(6), b.getRun(t, run.RunID).LastEventID)
 }
 
+// testCommitWithNextEventIDRequiresTheHistoryItSaw checks the commit of a
+// task that consumed events of its own: an activity that ran before its
+// schedule committed, its outcome recorded after the schedule and what the
+// code did next after that. It takes effect only on the history the task
+// saw; otherwise it writes nothing and the claim still holds.
+func testCommitWithNextEventIDRequiresTheHistoryItSaw(t *testing.T, b *bundle) {
+	run := b.createRun(t, "order-1", wfQueue)
+	task := b.claimOneWorkflow(t, wfQueue, b.now)
+	now := b.now.Add(time.Second)
+	ev1, _ := activity(run, 1, 3)
+	ev2, act2 := activity(run, 2, 0)
+	act2.RunAfter = now
+	merged := store.CommitWorkflowTaskParams{
+		RunID: run.RunID, Token: task.Token, ProcessedEventID: 3, NextEventID: 2, Now: now,
+		Events:     []history.Attributes{ev1, history.ActivityCompleted{Seq: 1, Result: json.RawMessage(`7`), Attempt: 1}, ev2},
+		Activities: []store.NewActivityTask{act2},
+	}
+
+	t.Run("Applies", func(t *testing.T) {
+		ready, err := b.s.CommitWorkflowTask(b.ctx, merged)
+		require.NoError(t, err)
+		require.Equal(t, int64(2), ready.FirstEventID)
+		require.Equal(t, []string{actQueue}, ready.ActivityQueues, "activity 2 is ready")
+		events := b.events(t, run.RunID)
+		require.Equal(t, []string{"workflow_started", "activity_scheduled", "activity_completed", "activity_scheduled"}, eventTypes(events))
+		requireIDsInOrder(t, events)
+		require.Empty(t, b.claimWorkflow(t, wfQueue, worker, 10, now.Add(time.Hour)),
+			"the task consumed every event it appended: it is gone, not ready again")
+		acts := b.claimActivity(t, worker, 10, now)
+		require.Len(t, acts, 1, "activity 1 ran before the commit: it has no task")
+		require.Equal(t, int64(2), acts[0].Seq)
+	})
+
+	t.Run("RefusedWhenTheRunMovedOn", func(t *testing.T) {
+		run := b.createRun(t, "order-2", wfQueue)
+		task := b.claimOneWorkflow(t, wfQueue, b.now)
+		_, err := b.s.SignalRun(b.ctx, store.SignalParams{WorkflowID: run.WorkflowID, Now: b.now},
+			history.SignalReceived{Name: "rush", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		c := merged
+		c.RunID, c.Token, c.Activities = run.RunID, task.Token, nil
+		c.Events = []history.Attributes{ev1, history.ActivityCompleted{Seq: 1, Result: json.RawMessage(`7`), Attempt: 1},
+			history.WorkflowCompleted{Result: json.RawMessage(`7`)}}
+		c.Close = &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`7`)}
+		require.ErrorIs(t, b.commit(c), store.ErrRunMoved, "a signal came after the history the task saw")
+		require.Equal(t, []string{"workflow_started", "signal_received"}, eventTypes(b.events(t, run.RunID)), "nothing written")
+		require.Equal(t, store.StatusRunning, b.getRun(t, run.RunID).Status)
+
+		stale := c
+		stale.Token = task.Token + 1000
+		require.ErrorIs(t, b.commit(stale), store.ErrLeaseLost, "another token: the claim is not this one")
+
+		require.NoError(t, b.commit(store.CommitWorkflowTaskParams{
+			RunID: run.RunID, Token: task.Token, ProcessedEventID: 1, Now: now, Events: []history.Attributes{ev1},
+		}), "the claim still holds")
+		require.Equal(t, []string{"workflow_started", "signal_received", "activity_scheduled"}, eventTypes(b.events(t, run.RunID)))
+	})
+}
+
 // testSecondCommitWithSameTokenIsRejected checks that a commit ends its
 // claim: the same token cannot commit twice (a retried commit must not append
 // the commands again), whether the commit deleted the task or left it ready.
