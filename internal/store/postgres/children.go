@@ -148,7 +148,7 @@ func (s *Store) reportToParent(ctx context.Context, childRunID, parentRunID stri
 }
 
 // Lock order. Every writer locks a run's rows in one order: its workflow
-// task, then its activity tasks by id, then the run (see lockOpenRun and
+// task, then its activity tasks by seq, then the run (see lockOpenRun and
 // commitWorkflowTaskSQL). A transaction that touches a parent and its
 // children goes down the tree: the parent's rows before any row of its
 // children, and the children one by one in run ID order, each in the order

@@ -83,7 +83,7 @@ const (
 SELECT run_id::text, coalesce(parent_run_id::text, '') FROM durable_runs
 WHERE workflow_id = $1 AND status = 'running'`
 	lockWorkflowTaskSQL  = `SELECT 1 FROM durable_workflow_tasks WHERE run_id = $1 FOR UPDATE`
-	lockActivityTasksSQL = `SELECT 1 FROM durable_activity_tasks WHERE run_id = $1 ORDER BY id FOR UPDATE`
+	lockActivityTasksSQL = `SELECT 1 FROM durable_activity_tasks WHERE run_id = $1 ORDER BY seq FOR UPDATE`
 	// lockRunSQL locks the run last, and says whether it is still open.
 	lockRunSQL = `SELECT count(*) FROM (SELECT 1 FROM durable_runs r WHERE r.run_id = $1 AND ` + runOpen + ` FOR UPDATE) r`
 )

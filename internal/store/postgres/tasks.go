@@ -162,7 +162,7 @@ WITH lock AS (
 // ready again.
 //
 // That is the order lockOpenRun (Terminate) takes: workflow task, activity
-// tasks by id, run. An activity outcome deletes its task and then updates
+// tasks by seq, run. An activity outcome deletes its task and then updates
 // the run, so a commit that held the run while it waited for that task
 // would deadlock with it; waiting for the task before the run, it cannot.
 // Activity outcomes insert the workflow task with ON CONFLICT DO NOTHING,
@@ -172,9 +172,12 @@ const commitWorkflowTaskSQL = commitLockCTE + `, acts_locked AS (
     -- only) does not even look.
     SELECT a.id FROM durable_activity_tasks a, lock
     WHERE (@close_status::text IS NOT NULL OR cardinality(@canceled_acts::bigint[]) > 0)
-      AND a.run_id = lock.run_id
+      AND a.run_id = @run_id::uuid AND a.run_id = lock.run_id
       AND (@close_status::text IS NOT NULL OR a.seq = ANY(@canceled_acts::bigint[]))
-    ORDER BY a.id
+    -- In the order of the run's index (run_id, seq), which a plan made on
+    -- empty tables then takes; in id order, it walked the primary key,
+    -- every task of every run. A run's tasks have ids in seq order.
+    ORDER BY a.seq
     FOR UPDATE OF a
 ), run AS (
     UPDATE durable_runs r
