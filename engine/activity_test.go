@@ -211,7 +211,10 @@ func TestLeaseExpiryLeadsToOneMoreAttemptAndOneCompletion(t *testing.T) {
 	stuck := func(ctx context.Context, _ int) (int, error) {
 		n := attempts.Add(1)
 		if n == 1 {
-			<-release // the first worker stalls past its lease
+			select { // the first worker stalls past its lease
+			case <-release:
+			case <-ctx.Done(): // the test failed: Run stops
+			}
 		}
 		return int(n), nil
 	}
@@ -225,9 +228,14 @@ func TestLeaseExpiryLeadsToOneMoreAttemptAndOneCompletion(t *testing.T) {
 	r, err := engine.Start(ctx, env.Engine, wf, 0, engine.StartOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return attempts.Load() == 1 }, 20*time.Second, 2*time.Millisecond)
-	info, err := r.Describe(ctx)
-	require.NoError(t, err)
-	require.Len(t, info.PendingActivities, 1, "Describe shows the running activity")
+	// An activity may start before its schedule commits (it runs ahead of
+	// it, when the run's first task was claimed from the queue): Describe
+	// shows it once it has.
+	var info engine.RunInfo
+	require.Eventually(t, func() bool {
+		info, err = r.Describe(ctx)
+		return err == nil && len(info.PendingActivities) == 1
+	}, 20*time.Second, 2*time.Millisecond, "Describe shows the running activity")
 	require.Equal(t, "Stuck", info.PendingActivities[0].Activity)
 	require.True(t, info.PendingActivities[0].Running)
 	require.Equal(t, 1, info.PendingActivities[0].Attempts)

@@ -43,18 +43,13 @@ func (e *Engine) activityClaim(queue string, n int, now time.Time, types []strin
 // run's next activity and claimed it for this slot (a fused step), it
 // returns that task: the slot runs it next.
 func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask, s *slot) (next *store.ActivityTask) {
-	attrs := []slog.Attr{slog.String("activity", t.Activity), slog.Int64("task_id", t.ID), slog.Int("attempt", t.Attempt)}
-	if t.RunID != "" {
-		attrs = append(attrs, slog.String("run_id", t.RunID))
-	}
+	attrs := activityAttrs(t)
 	opts, err := decodeActivityOptions(t.Options)
 	if err != nil {
 		return e.finishActivity(ctx, t, attrs, activity.Permanent(fmt.Errorf("decode options of activity %s: %w", t.Activity, err)), opts, s)
 	}
 	opts = opts.WithDefaults()
-	e.mu.RLock()
-	def := e.activities[t.Activity]
-	e.mu.RUnlock()
+	def := e.activityDef(t.Activity)
 	if def == nil {
 		return e.finishActivity(ctx, t, attrs, fmt.Errorf("activity %q is not registered on worker %s: register it, or route its queue %q to workers that have it", t.Activity, e.opts.WorkerID, t.Queue), opts, s)
 	}
@@ -63,21 +58,54 @@ func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask, s *s
 		err := &timeoutError{kind: "lease", d: leaseOf(opts), err: fmt.Errorf("attempt %d did not finish and no attempts are left", t.Attempt-1)}
 		return e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt-1, s)
 	}
-	now := e.now()
 	timeout := opts.StartToCloseTimeout
 	if s2c := opts.ScheduleToCloseTimeout; s2c > 0 {
-		left := t.ScheduledAt.Add(s2c).Sub(now)
+		left := t.ScheduledAt.Add(s2c).Sub(e.now())
 		if left <= 0 {
 			err := &timeoutError{kind: "schedule-to-close", d: s2c, err: fmt.Errorf("scheduled at %s", t.ScheduledAt.Format(time.RFC3339))}
 			return e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt-1, s)
 		}
 		timeout = min(timeout, left)
 	}
+	out, ok, err := e.attempt(ctx, t, def, opts, timeout, attrs, nil)
+	if !ok {
+		return nil
+	}
+	return e.recordAttempt(ctx, t, attrs, out, err, opts, s)
+}
+
+// activityAttrs are the log attributes of an activity attempt.
+func activityAttrs(t store.ActivityTask) []slog.Attr {
+	attrs := []slog.Attr{slog.String("activity", t.Activity), slog.Int64("task_id", t.ID), slog.Int("attempt", t.Attempt)}
+	if t.RunID != "" {
+		attrs = append(attrs, slog.String("run_id", t.RunID))
+	}
+	return attrs
+}
+
+// activityDef returns the registered activity, or nil.
+func (e *Engine) activityDef(name string) *activityDef {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.activities[name]
+}
+
+// attempt calls activity def for attempt t, cut short after timeout, by a
+// missed heartbeat or by a lost claim, and returns what it returned. ok is
+// false when there is nothing to record: the attempt lost its claim, or
+// shutdown cut it short (Run then gives the task back without spending the
+// attempt). ahead is set for an attempt that started before its schedule
+// committed (see runahead.go).
+func (e *Engine) attempt(ctx context.Context, t store.ActivityTask, def *activityDef, opts activity.Options, timeout time.Duration,
+	attrs []slog.Attr, ahead *runAhead) (out json.RawMessage, ok bool, err error) {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	deadline := time.AfterFunc(timeout, func() { cancel(&timeoutError{kind: "start-to-close", d: timeout, err: context.DeadlineExceeded}) })
 	defer deadline.Stop()
-	hb := &heartbeater{e: e, t: t, lease: leaseOf(opts), cancel: cancel, attrs: attrs}
+	if ahead != nil {
+		defer context.AfterFunc(ahead.dropped, func() { cancel(errScheduleLost) })()
+	}
+	hb := &heartbeater{e: e, t: t, lease: leaseOf(opts), cancel: cancel, attrs: attrs, ahead: ahead}
 	if opts.HeartbeatTimeout > 0 {
 		hb.watch = newWatchdog(opts.HeartbeatTimeout, func() {
 			cancel(&timeoutError{kind: "heartbeat", d: opts.HeartbeatTimeout, err: errors.New("no heartbeat")})
@@ -94,7 +122,7 @@ func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask, s *s
 		Deadline: time.Now().Add(timeout),
 	}
 	actx2 := activity.WithHeartbeatFunc(activity.NewContext(withCodecContext(actx, e.opts.Codec), info), hb.beat)
-	out, err := callActivity(actx2, def, t.Input)
+	out, err = callActivity(actx2, def, t.Input)
 	e.metrics.duration.WithLabelValues("activity", t.Activity).Observe(time.Since(began).Seconds())
 	if err != nil {
 		span.SetAttributes(attribute.String("durable.error_class", errorClass(err)))
@@ -105,16 +133,24 @@ func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask, s *s
 		if errors.As(cause, &te) {
 			err = cause
 		}
+		if errors.Is(cause, errScheduleLost) {
+			return nil, false, nil // runAheadAttempt logs it
+		}
 		if errors.Is(cause, store.ErrLeaseLost) {
 			e.log.LogAttrs(ctx, slog.LevelWarn, "activity attempt lost its lease; another attempt owns the task", attrs...)
-			return nil
+			return nil, false, nil
 		}
 	}
 	if err != nil && ctx.Err() != nil {
-		// Cut short by shutdown: Run gives the task back without spending
-		// the attempt.
-		return nil
+		return nil, false, nil // cut short by shutdown
 	}
+	return out, true, err
+}
+
+// recordAttempt records what an attempt returned: its result, or what its
+// error leads to (finishActivity).
+func (e *Engine) recordAttempt(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, out json.RawMessage, err error,
+	opts activity.Options, s *slot) *store.ActivityTask {
 	if err != nil {
 		return e.finishActivity(ctx, t, attrs, err, opts, s)
 	}
@@ -135,6 +171,9 @@ type heartbeater struct {
 
 	mu   sync.Mutex
 	last time.Time
+	// ahead, until the attempt's schedule has committed, is the attempt
+	// that started before it: there is no task to write to yet.
+	ahead *runAhead
 }
 
 func (h *heartbeater) beat(ctx context.Context, details []byte) error {
@@ -142,6 +181,19 @@ func (h *heartbeater) beat(ctx context.Context, details []byte) error {
 	defer h.mu.Unlock()
 	if h.watch != nil {
 		h.watch.reset()
+	}
+	if a := h.ahead; a != nil {
+		// The task to write to is the schedule's: wait for it to commit,
+		// within Options.ActivityRunAhead and a commit.
+		select {
+		case <-a.recorded:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		if a.rec == nil {
+			return fmt.Errorf("activity %s: its schedule did not commit; stop: %w", h.t.Activity, errScheduleLost)
+		}
+		h.t, h.attrs, h.ahead = *a.rec, activityAttrs(*a.rec), nil
 	}
 	if time.Since(h.last) < h.lease/5 {
 		return nil

@@ -136,6 +136,15 @@
 // transaction; if another engine fired the timer first, the run goes on
 // from there.
 //
+// A task claimed from the queue (the first task of a run started in
+// another process, a task after a signal) runs on a recorded history, so
+// the one activity it schedules may start before the task commits: if it
+// returns a result within [Options].ActivityRunAhead, its schedule, its
+// result and what the code did next commit together, fenced by the
+// task's claim and the history the task saw; otherwise the schedule
+// commits alone and the result is recorded when it comes. An activity
+// whose schedule did not commit runs again, attempt 1 again.
+//
 // Each engine keeps the code of up to [Options].CacheSize live runs in
 // memory (least recently used first out), so a step costs the new events, not
 // a replay. A run that waits only on timers leaves the cache at once, since

@@ -63,6 +63,19 @@ type Options struct {
 	// an engine that never runs (one that only starts workflows and waits
 	// for them, as an API server does). 1 turns grouping off. Default 64.
 	CommitGroupSize int
+	// ActivityRunAhead is how long a workflow task waits, before it
+	// commits, for the activity it scheduled, started at once in a free
+	// slot: an activity that returns a result within it commits with its
+	// schedule, in one transaction instead of two, and one that does not
+	// is recorded as usual when it returns. Only a task whose history is
+	// recorded (claimed from the queue, not an eager start) that schedules
+	// exactly one activity of a queue this engine runs does so; what is
+	// promised does not change: an activity runs at least once, and code
+	// never acts on an outcome that is not recorded. An activity whose
+	// schedule did not commit (the worker died or lost the task) runs
+	// again, attempt 1 again, with its workflow task. Negative: activities
+	// start only once their schedule has committed. Default 2ms.
+	ActivityRunAhead time.Duration
 	// HistoryWarnEvents is the history length past which a run is warned
 	// about (a log line and durable_large_histories_total): a history that
 	// long makes replays slow; the workflow should continue as new.
@@ -171,6 +184,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CommitGroupSize == 0 {
 		o.CommitGroupSize = 64
+	}
+	if o.ActivityRunAhead == 0 {
+		o.ActivityRunAhead = 2 * time.Millisecond
 	}
 	return o
 }

@@ -165,7 +165,7 @@ func (e *Engine) eagerStart(ctx context.Context, params *store.CreateRunParams) 
 	if err != nil || !commit.IsFirst() {
 		return giveUp()
 	}
-	handOff := e.handOffActivities(t.RunID, commit.Activities, "")
+	handOff := e.handOffActivities(t.RunID, commit.Activities, "", nil)
 	params.First = &commit
 	e.metrics.cache.WithLabelValues("miss").Inc()
 	// The task's span starts when it did, now that it is known to count.

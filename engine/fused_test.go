@@ -23,13 +23,15 @@ import (
 	"github.com/durable-go/durable/workflow"
 )
 
-// stepCounter counts the engine's step writes and history reads; beforeFused,
-// if set, runs before each fused commit.
+// stepCounter counts the engine's step writes and history reads; beforeFused
+// and beforeMerged, if set, run before each fused commit and each commit of
+// a run-ahead activity's outcome with its schedule.
 type stepCounter struct {
 	storage
-	mu          sync.Mutex
-	n           stepCounts
-	beforeFused func(ctx context.Context, s storage, in store.CommitWorkflowTaskParams)
+	mu           sync.Mutex
+	n            stepCounts
+	beforeFused  func(ctx context.Context, s storage, in store.CommitWorkflowTaskParams)
+	beforeMerged func(ctx context.Context, s storage, in store.CommitWorkflowTaskParams)
 }
 
 // stepCounts are what a stepCounter counted.
@@ -45,6 +47,10 @@ type stepCounts struct {
 	runReads       int // GetRun calls
 	givenBack      int // single activity tasks released (engine.reslot)
 	closed         int // runs closed by a workflow task's commit
+	claims         int // claims of workflow tasks, whatever they found
+	activityClaims int // claims of activity tasks, whatever they found
+	merged         int // run-ahead outcomes committed with their schedules
+	mergeRefused   int // such commits refused
 }
 
 // count changes the counts under the lock.
@@ -83,9 +89,21 @@ func (s *stepCounter) CommitWorkflowTask(ctx context.Context, in store.CommitWor
 	if in.Outcome != nil && s.beforeFused != nil {
 		s.beforeFused(ctx, s.storage, in)
 	}
+	if in.NextEventID != 0 && s.beforeMerged != nil {
+		s.beforeMerged(ctx, s.storage, in)
+	}
 	ready, err := s.storage.CommitWorkflowTask(ctx, in)
 	if in.Close != nil && err == nil {
 		s.count(func(n *stepCounts) { n.closed++ })
+	}
+	if in.NextEventID != 0 {
+		s.count(func(n *stepCounts) {
+			if err == nil {
+				n.merged++
+			} else {
+				n.mergeRefused++
+			}
+		})
 	}
 	if in.Outcome != nil {
 		s.count(func(n *stepCounts) {
@@ -122,13 +140,13 @@ func (s *stepCounter) FireTimersClaiming(ctx context.Context, in store.FireTimer
 
 func (s *stepCounter) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
 	tasks, err := s.storage.ClaimWorkflowTasks(ctx, in)
-	s.count(func(n *stepCounts) { n.claimed += len(tasks) })
+	s.count(func(n *stepCounts) { n.claimed += len(tasks); n.claims++ })
 	return tasks, err
 }
 
 func (s *stepCounter) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
 	tasks, err := s.storage.ClaimActivityTasks(ctx, in)
-	s.count(func(n *stepCounts) { n.claimedActs += len(tasks) })
+	s.count(func(n *stepCounts) { n.claimedActs += len(tasks); n.activityClaims++ })
 	return tasks, err
 }
 
@@ -216,8 +234,10 @@ func napTwice(ctx workflow.Context, n int) (int, error) {
 // logs to log; set, if given, changes its options.
 func fusedEngine(t *testing.T, sc *stepCounter, log *syncbuf.Buffer, set ...func(*Options)) *Engine {
 	t.Helper()
+	// A first task claimed from the queue (a start before Run serves it)
+	// does not run its activity ahead: these tests count fused steps.
 	opts := Options{
-		Logger: slog.New(slog.NewTextHandler(log, nil)), PollInterval: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(log, nil)), PollInterval: 100 * time.Millisecond, ActivityRunAhead: -1,
 		wrapStorage: func(s storage) storage { sc.storage = s; return sc },
 	}
 	for _, f := range set {

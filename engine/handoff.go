@@ -50,10 +50,13 @@ func applyOwn(x wfexec.Executor, firstID int64, at time.Time, cmds []history.Att
 // on queues it serves with a free slot, which then run without a claim
 // transaction, and, in a fused step, the first on the finished activity's
 // queue, which that activity's slot runs next. The others on queues it
-// serves go to its backlog once the commit has taken effect.
+// serves go to its backlog once the commit has taken effect. An activity
+// already running ahead of the commit (runahead.go) is claimed for the
+// slot it runs in.
 type activityHandOff struct {
 	reserved map[int64]*workerPool[store.ActivityTask]
 	inline   int64 // seq of the activity for the calling slot, or 0
+	ahead    *runAhead
 	runID    string
 	queued   []store.NewActivityTask // on served queues, without a slot
 	backlog  *activityBacklog
@@ -62,13 +65,15 @@ type activityHandOff struct {
 // handOffActivities marks the activities of run runID to claim (ClaimAs)
 // and reserves their slots. The pools are held from here on: Run may drop
 // its pool list meanwhile. inlineQueue, if set, is the queue of the calling
-// slot.
-func (e *Engine) handOffActivities(runID string, acts []store.NewActivityTask, inlineQueue string) activityHandOff {
-	h := activityHandOff{reserved: map[int64]*workerPool[store.ActivityTask]{}, runID: runID, backlog: e.backlog}
+// slot; ahead, if set, is running one of the activities already.
+func (e *Engine) handOffActivities(runID string, acts []store.NewActivityTask, inlineQueue string, ahead *runAhead) activityHandOff {
+	h := activityHandOff{reserved: map[int64]*workerPool[store.ActivityTask]{}, runID: runID, backlog: e.backlog, ahead: ahead}
 	for i := range acts {
 		a := &acts[i]
 		p := e.activityPool(a.Queue)
 		switch {
+		case ahead != nil && a.Seq == ahead.task.Seq:
+			a.ClaimAs = e.opts.WorkerID
 		case p == nil, !e.hasActivity(a.Activity): // for the engines that have it
 		case inlineQueue != "" && h.inline == 0 && a.Queue == inlineQueue:
 			a.ClaimAs, h.inline = e.opts.WorkerID, a.Seq
@@ -85,13 +90,24 @@ func (e *Engine) handOffActivities(runID string, acts []store.NewActivityTask, i
 
 // start runs the tasks the commit claimed in their reserved slots, gives
 // back the slots it claimed nothing for, puts the queued activities of a
-// commit that took effect in the backlog, and returns the calling slot's
-// task.
+// commit that took effect in the backlog, tells the activity running ahead
+// of the commit which task is its own (none if the commit failed), and
+// returns the calling slot's task.
 func (h activityHandOff) start(claimed []store.ActivityTask, committed bool) (inline *store.ActivityTask) {
 	if committed {
 		h.backlog.push(h.runID, h.queued)
 	}
+	var ahead *store.ActivityTask
+	defer func() {
+		if h.ahead != nil {
+			h.ahead.settle(ahead, false)
+		}
+	}()
 	for _, a := range claimed {
+		if h.ahead != nil && a.Seq == h.ahead.task.Seq {
+			ahead = &a
+			continue
+		}
 		if a.Seq == h.inline {
 			inline = &a
 			continue

@@ -30,7 +30,15 @@ type metrics struct {
 	taskFailures   *prometheus.CounterVec
 	largeHistories *prometheus.CounterVec
 	staleWrites    *prometheus.CounterVec
+	runAhead       *prometheus.CounterVec
 }
+
+// Result label values of durable_activity_run_ahead_total.
+const (
+	runAheadMerged   = "merged"
+	runAheadRecorded = "recorded"
+	runAheadDropped  = "dropped"
+)
 
 // Outcome label values of durable_outcomes_total.
 const (
@@ -82,6 +90,9 @@ func newMetrics() *metrics {
 		staleWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "durable_stale_writes_rejected_total", Help: "Writes refused because the claim they held was superseded (expired lease, newer attempt), per write: workflow_commit, workflow_fail, activity_outcome, heartbeat.",
 		}, []string{"write"}),
+		runAhead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "durable_activity_run_ahead_total", Help: "Activities started before the workflow task that scheduled them committed (Options.ActivityRunAhead), per result: merged (the outcome committed with the schedule), recorded (the schedule committed first, the outcome after), dropped (the schedule did not commit; the activity runs again).",
+		}, []string{"result"}),
 		taskFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "durable_workflow_task_failures_total", Help: "Failed workflow tasks, per reason: panic, nondeterminism, unregistered, other.",
 		}, []string{"reason"}),
@@ -90,7 +101,7 @@ func newMetrics() *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.queueReady, m.queueAge, m.outcomes, m.duration, m.timerLag, m.taskLatency,
-		m.replayTime, m.cache, m.deadLetters, m.deadLetterAge, m.nondeterminism, m.taskFailures, m.largeHistories, m.staleWrites}
+		m.replayTime, m.cache, m.deadLetters, m.deadLetterAge, m.nondeterminism, m.taskFailures, m.largeHistories, m.staleWrites, m.runAhead}
 }
 
 // pollGauges refreshes the gauges that need a query, every interval, with

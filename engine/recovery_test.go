@@ -189,7 +189,9 @@ func TestTwoEnginesNeverShareATask(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	require.GreaterOrEqual(t, tasks, 4*runs, "every run needs at least four workflow tasks")
+	// Four tasks a run, one fewer if its first activity ran ahead of its
+	// schedule and committed with it.
+	require.GreaterOrEqual(t, tasks, 3*runs, "every run needs at least three workflow tasks")
 	require.Zero(t, taskOverlaps, "no workflow task ran on both engines at once")
 	flow.l.mu.Lock()
 	defer flow.l.mu.Unlock()

@@ -159,11 +159,7 @@ func (e *Engine) resolveWorkflow(fn any) (string, string) {
 }
 
 // hasActivity reports whether this engine can run the activity name.
-func (e *Engine) hasActivity(name string) bool {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	return e.activities[name] != nil
-}
+func (e *Engine) hasActivity(name string) bool { return e.activityDef(name) != nil }
 
 // registered returns the names of the registered workflows (or
 // activities), for the claims. Registration appends to the lists; the

@@ -191,24 +191,66 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 			return nil, errNotFusable
 		}
 	}
-	// In a fused step the slot of the activity that finished runs the
-	// first new activity of its queue: a sequence of activities runs in one
-	// slot, one claim each, whatever the other slots are doing.
-	inlineQueue := ""
+	// x has applied the commit's first skip events: a fused step's outcome,
+	// or the commands, outcome and all of a run-ahead activity
+	// (runahead.go). keep is false once x may not be cached.
+	skip, keep := int64(0), true
 	if fused != nil {
-		inlineQueue = fused.task.Queue
+		skip = 1
 	}
-	handOff := e.handOffActivities(t.RunID, commit.Activities, inlineQueue)
-	if inlineQueue != "" && handOff.inline == 0 {
-		// The slot has nothing of this run to run next. If this engine has
-		// a backlog on its queue, the commit claims the queue's next task
-		// for the slot: no claim transaction, no idle slot meanwhile.
-		if keys, share, had := e.backlog.takeIfAny(inlineQueue, 1); had {
-			c := e.activityClaim(inlineQueue, 1, now, e.registered(false), keys, share)
-			commit.ClaimNext = &c
+	var ahead *runAhead
+	if fused == nil {
+		ahead = e.startRunAhead(t, commit)
+	}
+	var (
+		handOff activityHandOff
+		ready   store.Ready
+		merged  bool
+	)
+	if ahead != nil && ahead.completedWithin(e.opts.ActivityRunAhead) {
+		if m, ok := e.withOutcome(t, x, cmds, ahead); ok {
+			handOff = e.handOffActivities(t.RunID, m.Activities, "", nil)
+			ready, err = e.store.CommitWorkflowTask(ctx, m)
+			x.ReleaseLogs(err == nil)
+			if merged = !errors.Is(err, store.ErrRunMoved); merged {
+				commit, skip = m, int64(len(cmds))+1
+				ahead.settle(nil, err == nil)
+				if err == nil {
+					e.metrics.outcomes.WithLabelValues("activity", ahead.task.Activity, outcomeCompleted).Inc()
+					e.metrics.runAhead.WithLabelValues(runAheadMerged).Inc()
+					span.SetAttributes(attribute.Int64("durable.run_ahead.seq", ahead.task.Seq))
+				}
+			} else {
+				// Something reached the run first: the schedule commits
+				// alone, and the outcome follows it the ordinary way.
+				handOff.start(nil, false)
+			}
+		}
+		if !merged { // x has gone past the commands: the next task replays
+			x.Close()
+			keep = false
 		}
 	}
-	ready, err := e.store.CommitWorkflowTask(ctx, commit)
+	if !merged {
+		// In a fused step the slot of the activity that finished runs the
+		// first new activity of its queue: a sequence of activities runs in one
+		// slot, one claim each, whatever the other slots are doing.
+		inlineQueue := ""
+		if fused != nil {
+			inlineQueue = fused.task.Queue
+		}
+		handOff = e.handOffActivities(t.RunID, commit.Activities, inlineQueue, ahead)
+		if inlineQueue != "" && handOff.inline == 0 {
+			// The slot has nothing of this run to run next. If this engine has
+			// a backlog on its queue, the commit claims the queue's next task
+			// for the slot: no claim transaction, no idle slot meanwhile.
+			if keys, share, had := e.backlog.takeIfAny(inlineQueue, 1); had {
+				c := e.activityClaim(inlineQueue, 1, now, e.registered(false), keys, share)
+				commit.ClaimNext = &c
+			}
+		}
+		ready, err = e.store.CommitWorkflowTask(ctx, commit)
+	}
 	if testHookWorkflowTask.Load() != nil && fused == nil {
 		if end, ok := ctx.Value(taskEndKey{}).(func()); ok {
 			end()
@@ -262,14 +304,13 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 		e.metrics.duration.WithLabelValues("workflow", t.WorkflowType).Observe(commit.Now.Sub(x.StartedAt()).Seconds())
 		span.SetAttributes(attribute.String("durable.run.status", c.Status))
 	}
+	if !keep {
+		return next, nil
+	}
 	// If the commands went right after the events the run has seen, the
 	// cached run takes them as its history now, so the next task of the run
 	// need not read them back. A fused commit's first event is the outcome,
 	// which the run has applied already.
-	skip := int64(0)
-	if fused != nil {
-		skip = 1
-	}
 	if own := commit.Events[skip:]; ready.FirstEventID+skip == x.LastEventID()+1 && len(own) > 0 && commit.Close == nil {
 		if !applyOwn(x, ready.FirstEventID+skip, commit.Now, own) {
 			return next, nil
@@ -443,8 +484,10 @@ func (e *Engine) commitParams(t store.WorkflowTask, processed int64, cmds []hist
 		case history.WorkflowCanceled:
 			p.Close = &store.CloseRun{Status: store.StatusCanceled, Failure: &history.Failure{Message: "canceled: " + c.Reason, Class: "canceled"}}
 		case history.ChildWorkflowScheduled:
-			c.RunID = uuid.NewString()
-			cmds[i] = c
+			if c.RunID == "" { // set already if these commands were made params before (withOutcome)
+				c.RunID = uuid.NewString()
+				cmds[i] = c
+			}
 			p.Children = append(p.Children, store.NewChild{
 				Seq: c.Seq, RunID: c.RunID, WorkflowID: c.WorkflowID, WorkflowType: c.WorkflowType,
 				Queue: c.Queue, Input: c.Input, ParentClosePolicy: c.ParentClosePolicy,

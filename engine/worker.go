@@ -207,12 +207,18 @@ func newWorkerPool[T any](hard context.Context, tasks *sync.WaitGroup, slots int
 // start runs t in a reserved slot. It must be called by a task of the same
 // engine or by the pool's poller, so that Run's wait has not finished.
 func (p *workerPool[T]) start(t T) {
+	p.run(func(ctx context.Context, s *slot) *T { return p.work(ctx, t, s) })
+}
+
+// run runs fn in a reserved slot, then the tasks it returns for the slot,
+// as start does.
+func (p *workerPool[T]) run(fn func(ctx context.Context, s *slot) (next *T)) {
 	p.tasks.Add(1)
 	go func() {
 		defer p.tasks.Done()
 		s := &slot{held: p.semaphore}
 		defer s.release()
-		for next := &t; next != nil; {
+		for next := fn(p.hard, s); next != nil; {
 			next = p.work(p.hard, *next, s)
 		}
 	}()
@@ -332,6 +338,7 @@ func pollLoop[T any](ctx context.Context, e *Engine, kind, queue string, p *work
 		// A claim that commits must not be lost to a cancelled context, so
 		// claims are not cut short by ctx; they are short.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		claimedAt := e.now()
 		tasks, err := claim(cctx, queue, free)
 		cancel()
 		p.releaseN(free - len(tasks))
@@ -355,9 +362,14 @@ func pollLoop[T any](ctx context.Context, e *Engine, kind, queue string, p *work
 			continue // there may be more
 		}
 		wait := e.opts.PollInterval
-		// Sleep until the next task comes due; one due already that the
-		// claim left is of a type this worker does not have.
+		// Sleep until the next task comes due. One due before the claim
+		// that the claim left is of a type this worker does not have; one
+		// that came due since (a retry due a few milliseconds after it was
+		// recorded) is claimed at once.
 		if due, ok, err := e.store.NextDue(ctx, kind, queue); err == nil && ok {
+			if due.After(claimedAt) && !due.After(e.now()) {
+				continue
+			}
 			if left := due.Sub(e.now()); left > 0 {
 				wait = min(wait, left)
 			}

@@ -468,8 +468,12 @@ ORDER BY idempotency_key, attempt, created_at`)
 
 // explain returns why b ran after a had applied its effect, or "".
 func (c *checker) explain(a, b execution) string {
-	if b.attempt <= a.attempt {
-		return "" // one claim ran twice: nothing explains that
+	// One claim ran twice: nothing explains that. Attempt 1 may run again
+	// as attempt 1: an attempt that ran ahead of its schedule
+	// (engine.Options.ActivityRunAhead) holds no claim, and runs again if
+	// the schedule did not commit, for a reason found below.
+	if b.attempt < a.attempt || (b.attempt == a.attempt && a.attempt != 1) {
+		return ""
 	}
 	from, to := a.started, a.createdAt
 	if b.createdAt.After(to) {

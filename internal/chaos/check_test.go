@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -241,4 +242,45 @@ func TestStaleWatchSeesARefusedWriteOnceItsLineIsWhole(t *testing.T) {
 	appendLine(paths[1], refused[30:]+"\n")
 	require.True(t, look(), "the line is whole now")
 	require.True(t, s.found(), "once seen, always seen")
+}
+
+// TestExplainAttemptOneAgain: attempt 1 may run again as attempt 1 (an
+// attempt that ran ahead of its schedule holds no claim), explained by
+// the same faults and log lines as any other; any later attempt running
+// twice is one claim run twice, which nothing explains.
+func TestExplainAttemptOneAgain(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	exec := func(attempt int) execution {
+		return execution{kind: "work", key: "run-1:1", attempt: attempt, pid: 7, started: at, createdAt: at.Add(time.Millisecond)}
+	}
+	dropped := filepath.Join(t.TempDir(), "worker.log")
+	line, err := json.Marshal(map[string]any{
+		"time": at, "level": "WARN", "pid": 7, "attempt": 1, "idempotency_key": "run-1:1",
+		"msg": "activity ran ahead of its schedule, which did not commit: its outcome is dropped; it runs again with its workflow task",
+	})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(dropped, append(line, '\n'), 0o644))
+	droppedLogs, err := readWorkerLogs([]string{dropped})
+	require.NoError(t, err)
+	kill := []Fault{{Kind: FaultKill, PID: 7, At: at.Add(time.Millisecond), Until: at.Add(time.Millisecond)}}
+
+	for _, tt := range []struct {
+		name     string
+		attempts [2]int
+		faults   []Fault
+		logs     *workerLogs
+		want     string
+	}{
+		{name: "attempt 1 again, its worker killed", attempts: [2]int{1, 1}, faults: kill, want: "kill"},
+		{name: "attempt 1 again, its schedule dropped", attempts: [2]int{1, 1}, logs: droppedLogs, want: "lease_expiry"},
+		{name: "attempt 1 again, nothing", attempts: [2]int{1, 1}, want: ""},
+		{name: "attempt 2 again, its worker killed", attempts: [2]int{2, 2}, faults: kill, want: ""},
+		{name: "attempt 2 after 3", attempts: [2]int{3, 2}, faults: kill, want: ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &checker{faults: tt.faults, logs: cmp.Or(tt.logs, &workerLogs{}), lease: time.Second}
+			require.Equal(t, tt.want, c.explain(exec(tt.attempts[0]), exec(tt.attempts[1])))
+		})
+	}
 }

@@ -3,6 +3,7 @@ package chaos
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,8 +21,10 @@ type logLine struct {
 	TaskID  int64     `json:"task_id"`
 	Attempt int       `json:"attempt"`
 	Key     string    `json:"key"`
-	Stale   *int      `json:"stale_writes"`
-	Error   string    `json:"error"`
+	// IdempotencyKey is the engine's name for an activity's key.
+	IdempotencyKey string `json:"idempotency_key"`
+	Stale          *int   `json:"stale_writes"`
+	Error          string `json:"error"`
 }
 
 // staleKind returns the write a log line says was refused by fencing, or
@@ -48,7 +51,8 @@ func staleKind(msg string) string {
 // and may or may not have committed; "" when it says neither.
 func lostWrite(l logLine) string {
 	switch {
-	case staleKind(l.Msg) == "activity_outcome", l.Msg == "activity attempt lost its lease; another attempt owns the task":
+	case staleKind(l.Msg) == "activity_outcome", l.Msg == "activity attempt lost its lease; another attempt owns the task",
+		strings.HasPrefix(l.Msg, "activity ran ahead of its schedule, which did not commit"):
 		return "lease_expiry"
 	case l.Msg == msgWriteFailed, strings.HasSuffix(l.Msg, "; the attempt runs again when its lease ends"):
 		return "write_failed"
@@ -159,8 +163,8 @@ func readWorkerLogs(paths []string) (*workerLogs, error) {
 				if l.TaskID != 0 {
 					wl.lostByTask[taskAttempt{l.PID, l.TaskID, l.Attempt}] = why
 				}
-				if l.Key != "" {
-					wl.lostByKey[keyAttempt{l.PID, l.Key, l.Attempt}] = why
+				if k := cmp.Or(l.Key, l.IdempotencyKey); k != "" {
+					wl.lostByKey[keyAttempt{l.PID, k, l.Attempt}] = why
 				}
 			}
 			p := wl.procs[l.PID]
