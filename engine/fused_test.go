@@ -175,8 +175,12 @@ func threeIncrs(ctx workflow.Context, n int) (int, error) {
 }
 
 // incrWaitIncr adds the "add" signal between two activities.
-func incrWaitIncr(ctx workflow.Context, n int) (int, error) {
-	n, err := workflow.ExecuteActivity(ctx, incr, n).Get(ctx)
+func incrWaitIncr(ctx workflow.Context, n int) (int, error) { return addBetween(ctx, incr, n) }
+
+// addBetween runs act on n, logs, waits for the "add" signal and runs act
+// on the sum.
+func addBetween(ctx workflow.Context, act func(context.Context, int) (int, error), n int) (int, error) {
+	n, err := workflow.ExecuteActivity(ctx, act, n).Get(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -185,7 +189,7 @@ func incrWaitIncr(ctx workflow.Context, n int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return workflow.ExecuteActivity(ctx, incr, n+add).Get(ctx)
+	return workflow.ExecuteActivity(ctx, act, n+add).Get(ctx)
 }
 
 // incrWithDeadline gives its first activity an hour, and cancels the

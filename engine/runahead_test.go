@@ -82,16 +82,23 @@ func (r *runAheadRig) activityRows(ctx context.Context, t *testing.T) int64 {
 	return n
 }
 
-// waitFirstStep waits until run's first activity has completed in its
-// history.
-func (r *runAheadRig) waitFirstStep(ctx context.Context, t *testing.T, runID string) {
+// addAfterFirstStep starts countedWaitIncr on 1, sends it 100 once its
+// first activity has completed in its history, and checks its result.
+func (r *runAheadRig) addAfterFirstStep(ctx context.Context, t *testing.T, opts StartOptions) *Run[int] {
 	t.Helper()
+	run, err := Start(ctx, r.client, countedWaitIncr, 1, opts)
+	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		var done bool
 		err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM durable_events WHERE run_id = $1 AND type = 'activity_completed')`,
-			runID).Scan(&done)
+			run.RunID).Scan(&done)
 		return err == nil && done
 	}, 20*time.Second, time.Millisecond)
+	require.NoError(t, Signal(ctx, r.client, run.WorkflowID, "add", 100))
+	got, err := run.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1+1+100+1, got)
+	return run
 }
 
 func (r *runAheadRig) runAhead(result string) float64 {
@@ -251,16 +258,7 @@ func attemptsOf(runID string) []int {
 
 // countedWaitIncr adds the "add" signal between two activities.
 func countedWaitIncr(ctx workflow.Context, n int) (int, error) {
-	n, err := workflow.ExecuteActivity(ctx, countedIncr, n).Get(ctx)
-	if err != nil {
-		return 0, err
-	}
-	workflow.Logger(ctx).Info("first step done")
-	add, err := workflow.GetSignalChannel[int](ctx, "add").Receive(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return workflow.ExecuteActivity(ctx, countedIncr, n+add).Get(ctx)
+	return addBetween(ctx, countedIncr, n)
 }
 
 // A signal that reaches the run while its activity runs ahead makes the
@@ -317,13 +315,7 @@ func TestRunAheadWhoseScheduleDidNotCommitRunsAgain(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	run, err := Start(ctx, r.client, countedWaitIncr, 1, StartOptions{})
-	require.NoError(t, err)
-	r.waitFirstStep(ctx, t, run.RunID)
-	require.NoError(t, Signal(ctx, r.client, run.WorkflowID, "add", 100))
-	got, err := run.Result(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1+1+100+1, got)
+	run := r.addAfterFirstStep(ctx, t, StartOptions{})
 
 	require.Equal(t, []int{1, 1, 1}, attemptsOf(run.RunID), "the first activity twice, attempt 1 both times; the second once")
 	require.Equal(t, float64(1), r.runAhead(runAheadDropped))
@@ -343,13 +335,7 @@ func TestRunAheadFailureIsRetriedTheOrdinaryWay(t *testing.T) {
 	r := newRunAheadRig(t, time.Minute, []func(workflow.Context, int) (int, error){countedWaitIncr}, countedIncr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	run, err := Start(ctx, r.client, countedWaitIncr, 1, StartOptions{ID: "flaky-" + uuid.NewString()})
-	require.NoError(t, err)
-	r.waitFirstStep(ctx, t, run.RunID)
-	require.NoError(t, Signal(ctx, r.client, run.WorkflowID, "add", 100))
-	got, err := run.Result(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1+1+100+1, got)
+	run := r.addAfterFirstStep(ctx, t, StartOptions{ID: "flaky-" + uuid.NewString()})
 
 	require.Equal(t, []int{1, 2, 1}, attemptsOf(run.RunID))
 	require.Equal(t, float64(1), r.runAhead(runAheadRecorded), "the failed attempt")
