@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -131,6 +132,11 @@ type QueueOptions struct {
 }
 
 const (
+	defaultWorkflowTaskLease = 30 * time.Second
+	defaultActivityRunAhead  = 2 * time.Millisecond
+)
+
+const (
 	// DefaultQueue is the queue used when none is named.
 	DefaultQueue = "default"
 	maxIDLen     = 1000
@@ -165,7 +171,7 @@ func (o Options) withDefaults() Options {
 		o.CacheSize = 10_000
 	}
 	if o.WorkflowTaskLease == 0 {
-		o.WorkflowTaskLease = 30 * time.Second
+		o.WorkflowTaskLease = defaultWorkflowTaskLease
 	}
 	if o.PollInterval == 0 {
 		o.PollInterval = 5 * time.Second
@@ -186,7 +192,7 @@ func (o Options) withDefaults() Options {
 		o.CommitGroupSize = 64
 	}
 	if o.ActivityRunAhead == 0 {
-		o.ActivityRunAhead = 2 * time.Millisecond
+		o.ActivityRunAhead = defaultActivityRunAhead
 	}
 	return o
 }
@@ -212,6 +218,9 @@ func (o Options) validate() error {
 		return errors.New("engine options: CommitGroupSize must not be negative")
 	case o.MaxPayloadBytes < 0:
 		return errors.New("engine options: MaxPayloadBytes must not be negative")
+	}
+	if ahead, lease := cmp.Or(o.ActivityRunAhead, defaultActivityRunAhead), cmp.Or(o.WorkflowTaskLease, defaultWorkflowTaskLease); ahead >= lease/2 {
+		return fmt.Errorf("engine options: ActivityRunAhead (%s) must be under half of WorkflowTaskLease (%s): a task holds its claim while it waits", ahead, lease)
 	}
 	return nil
 }

@@ -118,7 +118,7 @@ func TestRunAheadCommitsTheOutcomeWithItsSchedule(t *testing.T) {
 		merged   int
 		rowsEach int64
 	}{
-		{name: "On", window: time.Minute, merged: 4, rowsEach: 2},
+		{name: "On", window: 10 * time.Second, merged: 4, rowsEach: 2},
 		{name: "Off", window: -1, merged: 0, rowsEach: 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -268,7 +268,7 @@ func countedWaitIncr(ctx workflow.Context, n int) (int, error) {
 // dropped.
 func TestRunAheadYieldsToANewEvent(t *testing.T) {
 	t.Parallel()
-	r := newRunAheadRig(t, time.Minute, []func(workflow.Context, int) (int, error){countedWaitIncr}, countedIncr)
+	r := newRunAheadRig(t, 10*time.Second, []func(workflow.Context, int) (int, error){countedWaitIncr}, countedIncr)
 	var once sync.Once
 	r.sc.beforeMerged = func(ctx context.Context, s storage, in store.CommitWorkflowTaskParams) {
 		once.Do(func() {
@@ -302,7 +302,7 @@ func TestRunAheadYieldsToANewEvent(t *testing.T) {
 // log, and the activity runs again, attempt 1 again, when the task does.
 func TestRunAheadWhoseScheduleDidNotCommitRunsAgain(t *testing.T) {
 	t.Parallel()
-	r := newRunAheadRig(t, time.Minute, []func(workflow.Context, int) (int, error){countedWaitIncr}, countedIncr)
+	r := newRunAheadRig(t, 10*time.Second, []func(workflow.Context, int) (int, error){countedWaitIncr}, countedIncr)
 	var once sync.Once
 	r.sc.beforeMerged = func(ctx context.Context, _ storage, in store.CommitWorkflowTaskParams) {
 		once.Do(func() {
@@ -332,7 +332,7 @@ func TestRunAheadWhoseScheduleDidNotCommitRunsAgain(t *testing.T) {
 // the ordinary way.
 func TestRunAheadFailureIsRetriedTheOrdinaryWay(t *testing.T) {
 	t.Parallel()
-	r := newRunAheadRig(t, time.Minute, []func(workflow.Context, int) (int, error){countedWaitIncr}, countedIncr)
+	r := newRunAheadRig(t, 10*time.Second, []func(workflow.Context, int) (int, error){countedWaitIncr}, countedIncr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	run := r.addAfterFirstStep(ctx, t, StartOptions{ID: "flaky-" + uuid.NewString()})
@@ -351,4 +351,18 @@ func typesOf(events []history.Event) []string {
 		types[i] = ev.Type()
 	}
 	return types
+}
+
+// A window as long as half the task's lease is refused: the task holds its
+// claim while it waits, and a claim that ran out would drop the outcome.
+func TestRunAheadWindowMustBeShortOfTheLease(t *testing.T) {
+	t.Parallel()
+	_, err := NewReplayer(Options{ActivityRunAhead: 15 * time.Second})
+	require.ErrorContains(t, err, "ActivityRunAhead (15s) must be under half of WorkflowTaskLease (30s)")
+	_, err = NewReplayer(Options{ActivityRunAhead: time.Second, WorkflowTaskLease: time.Second})
+	require.ErrorContains(t, err, "ActivityRunAhead (1s) must be under half of WorkflowTaskLease (1s)")
+	_, err = NewReplayer(Options{ActivityRunAhead: -1, WorkflowTaskLease: time.Millisecond})
+	require.NoError(t, err, "off")
+	_, err = NewReplayer(Options{})
+	require.NoError(t, err, "the defaults")
 }
