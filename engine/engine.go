@@ -75,7 +75,8 @@ type Options struct {
 	// never acts on an outcome that is not recorded. An activity whose
 	// schedule did not commit (the worker died or lost the task) runs
 	// again, attempt 1 again, with its workflow task. Negative: activities
-	// start only once their schedule has committed. Default 2ms.
+	// start only once their schedule has committed. It must be under half
+	// of WorkflowTaskLease. Default 2ms.
 	ActivityRunAhead time.Duration
 	// HistoryWarnEvents is the history length past which a run is warned
 	// about (a log line and durable_large_histories_total): a history that
