@@ -75,10 +75,19 @@ type runAhead struct {
 
 // startRunAhead starts the activity commit schedules, in a free slot of
 // its queue, if task t and commit may run it ahead: t holds a claim (its
-// history is recorded), commit schedules exactly one activity, this engine
-// runs it, and the run stays open. It returns nil otherwise.
+// history is recorded) with half its lease left at least, commit schedules
+// exactly one activity, this engine runs it, and the run stays open. It
+// returns nil otherwise.
+//
+// A claim held past its lease may have been taken over, and the run's
+// activity run by the new holder (the chaos rig caught it: a task handed
+// to a worker that ran it late ran its activity again, then saw its
+// commit refused). Such a task commits nothing; it must not act first.
 func (e *Engine) startRunAhead(t store.WorkflowTask, commit store.CommitWorkflowTaskParams) *runAhead {
 	if e.opts.ActivityRunAhead <= 0 || t.Token == 0 || len(commit.Activities) != 1 || commit.Close != nil {
+		return nil
+	}
+	if t.LockedUntil.IsZero() || e.now().Add(e.opts.WorkflowTaskLease/2).After(t.LockedUntil) {
 		return nil
 	}
 	a := commit.Activities[0]

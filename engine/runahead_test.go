@@ -366,3 +366,36 @@ func TestRunAheadWindowMustBeShortOfTheLease(t *testing.T) {
 	_, err = NewReplayer(Options{})
 	require.NoError(t, err, "the defaults")
 }
+
+// A claim with less than half its lease left does not run its activity
+// ahead: it may have been taken over already (a task run late), and a
+// task that commits nothing must not act first.
+func TestRunAheadOnlyOnAFreshClaim(t *testing.T) {
+	t.Parallel()
+	r := newRunAheadRig(t, 10*time.Second, []func(workflow.Context, int) (int, error){countedWaitIncr}, countedIncr)
+	w := r.worker
+	lease := w.opts.WorkflowTaskLease
+	task := store.WorkflowTask{RunID: uuid.NewString(), WorkflowID: "fresh", Queue: DefaultQueue, Token: 1}
+	commit, err := w.commitParams(task, 1, []history.Attributes{history.ActivityScheduled{
+		Seq: 1, Activity: "countedIncr", Queue: DefaultQueue, Input: []byte("1"), Options: []byte(`{}`)}}, w.now())
+	require.NoError(t, err)
+
+	for _, tt := range []struct {
+		name  string
+		until time.Time
+		ahead bool
+	}{
+		{name: "no lease known", until: time.Time{}, ahead: false},
+		{name: "a third of the lease left", until: w.now().Add(lease / 3), ahead: false},
+		{name: "run out", until: w.now().Add(-time.Second), ahead: false},
+		{name: "most of the lease left", until: w.now().Add(lease - time.Second), ahead: true},
+	} {
+		task.LockedUntil = tt.until
+		a := w.startRunAhead(task, commit)
+		require.Equal(t, tt.ahead, a != nil, tt.name)
+		if a != nil {
+			a.settle(nil, false) // its schedule "did not commit": the attempt ends
+			<-a.finished
+		}
+	}
+}

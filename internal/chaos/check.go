@@ -512,6 +512,12 @@ func (c *checker) explain(a, b execution) string {
 	if why := c.logs.lostByKey[keyAttempt{a.pid, a.key, a.attempt}]; why != "" {
 		return why
 	}
+	// b itself ran ahead of its schedule on a claim that was no longer its
+	// worker's (its task ran late), and its worker logged that the
+	// schedule did not commit.
+	if b.attempt == 1 && c.logs.droppedAhead[keyAttempt{b.pid, b.key, b.attempt}] {
+		return "dropped_ahead"
+	}
 	for _, id := range c.taskKeys[a.key] {
 		if why := c.logs.lostByTask[taskAttempt{a.pid, id, a.attempt}]; why != "" {
 			return why

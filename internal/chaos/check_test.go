@@ -251,8 +251,8 @@ func TestStaleWatchSeesARefusedWriteOnceItsLineIsWhole(t *testing.T) {
 func TestExplainAttemptOneAgain(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	exec := func(attempt int) execution {
-		return execution{kind: "work", key: "run-1:1", attempt: attempt, pid: 7, started: at, createdAt: at.Add(time.Millisecond)}
+	exec := func(attempt, pid int) execution {
+		return execution{kind: "work", key: "run-1:1", attempt: attempt, pid: pid, started: at, createdAt: at.Add(time.Millisecond)}
 	}
 	dropped := filepath.Join(t.TempDir(), "worker.log")
 	line, err := json.Marshal(map[string]any{
@@ -270,17 +270,22 @@ func TestExplainAttemptOneAgain(t *testing.T) {
 		attempts [2]int
 		faults   []Fault
 		logs     *workerLogs
-		want     string
+		// first and second are the executions' pids; 7, the pid of the
+		// faults and lines, by default.
+		first, second int
+		want          string
 	}{
 		{name: "attempt 1 again, its worker killed", attempts: [2]int{1, 1}, faults: kill, want: "kill"},
 		{name: "attempt 1 again, its schedule dropped", attempts: [2]int{1, 1}, logs: droppedLogs, want: "lease_expiry"},
+		{name: "attempt 1 again, the second's schedule dropped", attempts: [2]int{1, 1}, logs: droppedLogs, second: 7, first: 8, want: "dropped_ahead"},
+		{name: "attempt 1 again, another's schedule dropped", attempts: [2]int{1, 1}, logs: droppedLogs, second: 9, first: 8, want: ""},
 		{name: "attempt 1 again, nothing", attempts: [2]int{1, 1}, want: ""},
 		{name: "attempt 2 again, its worker killed", attempts: [2]int{2, 2}, faults: kill, want: ""},
 		{name: "attempt 2 after 3", attempts: [2]int{3, 2}, faults: kill, want: ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &checker{faults: tt.faults, logs: cmp.Or(tt.logs, &workerLogs{}), lease: time.Second}
-			require.Equal(t, tt.want, c.explain(exec(tt.attempts[0]), exec(tt.attempts[1])))
+			require.Equal(t, tt.want, c.explain(exec(tt.attempts[0], cmp.Or(tt.first, 7)), exec(tt.attempts[1], cmp.Or(tt.second, 7))))
 		})
 	}
 }

@@ -44,6 +44,10 @@ func staleKind(msg string) string {
 	return ""
 }
 
+// msgRunAheadDropped begins the engine's line for an activity attempt that
+// ran ahead of its schedule, which did not commit.
+const msgRunAheadDropped = "activity ran ahead of its schedule, which did not commit"
+
 // lostWrite returns why a log line says an activity attempt's write did
 // not (surely) happen, so that a later attempt runs the activity again:
 // "lease_expiry" when fencing refused it (the attempt's lease had run out
@@ -52,7 +56,7 @@ func staleKind(msg string) string {
 func lostWrite(l logLine) string {
 	switch {
 	case staleKind(l.Msg) == "activity_outcome", l.Msg == "activity attempt lost its lease; another attempt owns the task",
-		strings.HasPrefix(l.Msg, "activity ran ahead of its schedule, which did not commit"):
+		strings.HasPrefix(l.Msg, msgRunAheadDropped):
 		return "lease_expiry"
 	case l.Msg == msgWriteFailed, strings.HasSuffix(l.Msg, "; the attempt runs again when its lease ends"):
 		return "write_failed"
@@ -100,6 +104,9 @@ type workerLogs struct {
 	// and (pid, idempotency key, attempt).
 	lostByTask map[taskAttempt]string
 	lostByKey  map[keyAttempt]string
+	// droppedAhead are the attempts that ran ahead of their schedule,
+	// which did not commit, by (pid, idempotency key, attempt).
+	droppedAhead map[keyAttempt]bool
 	// procs describes each worker process by pid.
 	procs map[int]*procLog
 	// errors are the Error lines not caused by a database fault;
@@ -137,7 +144,8 @@ type keyAttempt struct {
 func readWorkerLogs(paths []string) (*workerLogs, error) {
 	wl := &workerLogs{
 		stale: map[string]int{}, lostByTask: map[taskAttempt]string{}, lostByKey: map[keyAttempt]string{},
-		procs: map[int]*procLog{},
+		droppedAhead: map[keyAttempt]bool{},
+		procs:        map[int]*procLog{},
 	}
 	staleByPID := map[int]int{}
 	metricByPID := map[int]int{}
@@ -158,6 +166,9 @@ func readWorkerLogs(paths []string) (*workerLogs, error) {
 				wl.stale[k]++
 				wl.staleAt = append(wl.staleAt, pidTime{l.PID, l.Time})
 				staleByPID[l.PID]++
+			}
+			if strings.HasPrefix(l.Msg, msgRunAheadDropped) {
+				wl.droppedAhead[keyAttempt{l.PID, l.IdempotencyKey, l.Attempt}] = true
 			}
 			if why := lostWrite(l); why != "" {
 				if l.TaskID != 0 {

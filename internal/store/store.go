@@ -208,6 +208,9 @@ type WorkflowTask struct {
 	Queue        string
 	// Token fences the claim: writes made for this task must present it.
 	Token int64
+	// LockedUntil is when the claim's lease ends, by the clock of the
+	// claim's Now: after it, another worker may claim the task.
+	LockedUntil time.Time
 	// ProcessedEventID is the last event a committed workflow task of the run
 	// has consumed; events after it are new to the workflow.
 	ProcessedEventID int64

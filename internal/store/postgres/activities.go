@@ -194,7 +194,7 @@ func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityPar
 	}
 	switch {
 	case queue != nil && claimed:
-		wt.Queue = *queue
+		wt.Queue, wt.LockedUntil = *queue, in.Now.Add(in.Lease)
 		wt.Events = []history.Event{{ID: eventID, Time: in.Now, Attributes: in.Event}}
 		ready.WorkflowTasks = []store.WorkflowTask{wt}
 	case queue != nil:

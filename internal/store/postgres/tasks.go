@@ -114,6 +114,7 @@ func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([
 	}
 	for i := range tasks {
 		tasks[i].Events = byRun[tasks[i].RunID]
+		tasks[i].LockedUntil = in.Now.Add(in.Lease)
 	}
 	return tasks, nil
 }

@@ -131,7 +131,7 @@ func (s *Store) FireTimersClaiming(ctx context.Context, in store.FireTimersParam
 	for i, c := range claimed {
 		tasks[i] = store.WorkflowTask{
 			RunID: c.RunID, WorkflowID: c.WorkflowID, WorkflowType: c.WorkflowType, Queue: c.Queue, Token: c.Token,
-			ProcessedEventID: c.Processed, TraceContext: c.Trace, ParentRunID: c.Parent,
+			ProcessedEventID: c.Processed, TraceContext: c.Trace, ParentRunID: c.Parent, LockedUntil: in.Now.Add(in.Lease),
 		}
 		// The fire numbered a run's TimerFired events in timer order.
 		run := seqs[c.RunID]

@@ -51,8 +51,8 @@ func testCreateRunAppendsStartedEventAndReadyTask(t *testing.T, b *bundle) {
 	task := b.claimOneWorkflow(t, wfQueue, b.now)
 	require.Equal(t, store.WorkflowTask{
 		RunID: in.RunID, WorkflowID: in.WorkflowID, WorkflowType: in.WorkflowType, Queue: in.Queue,
-		Token: task.Token, ProcessedEventID: 0, Attempts: 0, Events: events,
-	}, task, "the claim of the run's first task brings its history")
+		Token: task.Token, LockedUntil: b.now.Add(wfLease), ProcessedEventID: 0, Attempts: 0, Events: events,
+	}, task, "the claim of the run's first task brings its history and its lease")
 }
 
 func testCreateRunSameWorkflowIDReturnsOpenRunAndErrConflict(t *testing.T, b *bundle) {
