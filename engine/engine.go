@@ -69,8 +69,9 @@ type Options struct {
 	// slot: an activity that returns a result within it commits with its
 	// schedule, in one transaction instead of two, and one that does not
 	// is recorded as usual when it returns. Only a task whose history is
-	// recorded (claimed from the queue, not an eager start) that schedules
-	// exactly one activity of a queue this engine runs does so; what is
+	// recorded (claimed from the queue, not an eager start), whose claim
+	// has half its lease left at least, and that schedules exactly one
+	// activity of a queue this engine runs does so; what is
 	// promised does not change: an activity runs at least once, and code
 	// never acts on an outcome that is not recorded. An activity whose
 	// schedule did not commit (the worker died or lost the task) runs
