@@ -213,13 +213,16 @@ const commitWorkflowTaskSQL = commitLockCTE + `, acts_locked AS (
     FROM run, unnest(@timer_seq::bigint[], @timer_at::timestamptz[]) AS t(seq, fire_at)
     RETURNING fire_at
 ), ctm AS (
+    -- The run named outright here too, for the plan (see acts_locked).
     DELETE FROM durable_timers d USING run
-    WHERE d.run_id = run.run_id AND (d.seq = ANY(@canceled::bigint[]) OR @close_status::text IS NOT NULL)
+    WHERE d.run_id = @run_id::uuid AND d.run_id = run.run_id
+      AND (d.seq = ANY(@canceled::bigint[]) OR @close_status::text IS NOT NULL)
 ), cact AS (
     -- A closed run's pending activities have no one left to report to;
     -- canceled ones neither.
     DELETE FROM durable_activity_tasks a USING run
-    WHERE a.run_id = run.run_id AND (@close_status::text IS NOT NULL OR a.seq = ANY(@canceled_acts::bigint[]))
+    WHERE a.run_id = @run_id::uuid AND a.run_id = run.run_id
+      AND (@close_status::text IS NOT NULL OR a.seq = ANY(@canceled_acts::bigint[]))
 ), next_run AS (
     -- Continue-as-new: the next run of the workflow ID, with a new history.
     INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, trace_context,
