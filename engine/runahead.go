@@ -19,7 +19,8 @@ import (
 // A workflow task claimed from the queue, or handed off by a commit, runs
 // on a history that is on disk: run again, it decides the same commands.
 // When those commands schedule one activity, of a queue this engine runs
-// with a free slot, the activity starts at once, before the commands
+// with a free slot, and the task's claim has half its lease left (see
+// startRunAhead), the activity starts at once, before the commands
 // commit. If it returns a result within Options.ActivityRunAhead, the
 // commands, the result and what the code did next commit together: one
 // transaction where there were two (the schedule, then the outcome with the

@@ -101,6 +101,19 @@ func (r *runAheadRig) addAfterFirstStep(ctx context.Context, t *testing.T, opts 
 	return run
 }
 
+// replayedHistory returns run's history, once it has checked that its
+// event IDs are 1..n and that it replays against the worker's code.
+func (r *runAheadRig) replayedHistory(ctx context.Context, t *testing.T, run *Run[int]) []history.Event {
+	t.Helper()
+	events, err := run.History(ctx)
+	require.NoError(t, err)
+	for i, ev := range events {
+		require.Equal(t, int64(i+1), ev.ID)
+	}
+	require.NoError(t, r.worker.ReplayRun(ctx, run.WorkflowID))
+	return events
+}
+
 func (r *runAheadRig) runAhead(result string) float64 {
 	return testutil.ToFloat64(r.worker.metrics.runAhead.WithLabelValues(result))
 }
@@ -141,16 +154,11 @@ func TestRunAheadCommitsTheOutcomeWithItsSchedule(t *testing.T) {
 			require.Zero(t, r.runAhead(runAheadDropped))
 			require.Equal(t, tc.rowsEach*int64(len(runs)), r.activityRows(ctx, t), "activity task rows")
 			for _, run := range runs {
-				events, err := run.History(ctx)
-				require.NoError(t, err)
+				events := r.replayedHistory(ctx, t, run)
 				require.Equal(t, []string{"workflow_started",
 					"activity_scheduled", "activity_completed", "activity_scheduled", "activity_completed",
 					"activity_scheduled", "activity_completed", "workflow_completed"}, typesOf(events))
-				for i, ev := range events {
-					require.Equal(t, int64(i+1), ev.ID)
-				}
 				require.Equal(t, 1, events[2].Attributes.(history.ActivityCompleted).Attempt)
-				require.NoError(t, r.worker.ReplayRun(ctx, run.WorkflowID))
 			}
 		})
 	}
@@ -221,10 +229,8 @@ func TestRunAheadOutlastingTheWindowIsRecordedAfterItsSchedule(t *testing.T) {
 	require.Equal(t, float64(1), r.runAhead(runAheadRecorded))
 	require.Zero(t, r.runAhead(runAheadMerged))
 	require.Zero(t, r.sc.snap().merged)
-	events, err := run.History(ctx)
-	require.NoError(t, err)
+	events := r.replayedHistory(ctx, t, run)
 	require.Equal(t, []string{"workflow_started", "activity_scheduled", "activity_completed", "workflow_completed"}, typesOf(events))
-	require.NoError(t, r.worker.ReplayRun(ctx, run.WorkflowID))
 }
 
 // counted lists the attempts of countedIncr's executions, by run.
@@ -291,10 +297,8 @@ func TestRunAheadYieldsToANewEvent(t *testing.T) {
 	require.Equal(t, 1, c.resolves, "the outcome, after its schedule")
 	require.Equal(t, float64(1), r.runAhead(runAheadRecorded))
 	require.Equal(t, 1, strings.Count(r.log.String(), "first step done"), "logged once:\n%s", r.log.String())
-	events, err := run.History(ctx)
-	require.NoError(t, err)
+	events := r.replayedHistory(ctx, t, run)
 	require.Equal(t, []string{"workflow_started", "signal_received", "activity_scheduled", "activity_completed"}, typesOf(events[:4]))
-	require.NoError(t, r.worker.ReplayRun(ctx, run.WorkflowID))
 }
 
 // If the schedule does not commit (here: the task's claim is lost, as
@@ -321,10 +325,8 @@ func TestRunAheadWhoseScheduleDidNotCommitRunsAgain(t *testing.T) {
 	require.Equal(t, float64(1), r.runAhead(runAheadDropped))
 	require.Contains(t, r.log.String(), msgRunAheadDropped)
 	require.Contains(t, r.log.String(), `"idempotency_key":"`+run.RunID+`:1"`)
-	events, err := run.History(ctx)
-	require.NoError(t, err)
+	events := r.replayedHistory(ctx, t, run)
 	require.Equal(t, []string{"workflow_started", "activity_scheduled", "activity_completed", "signal_received"}, typesOf(events[:4]))
-	require.NoError(t, r.worker.ReplayRun(ctx, run.WorkflowID))
 }
 
 // An attempt that fails within the window is not committed with its
@@ -339,10 +341,8 @@ func TestRunAheadFailureIsRetriedTheOrdinaryWay(t *testing.T) {
 
 	require.Equal(t, []int{1, 2, 1}, attemptsOf(run.RunID))
 	require.Equal(t, float64(1), r.runAhead(runAheadRecorded), "the failed attempt")
-	events, err := run.History(ctx)
-	require.NoError(t, err)
+	events := r.replayedHistory(ctx, t, run)
 	require.Equal(t, 2, events[2].Attributes.(history.ActivityCompleted).Attempt)
-	require.NoError(t, r.worker.ReplayRun(ctx, run.WorkflowID))
 }
 
 func typesOf(events []history.Event) []string {
