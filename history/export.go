@@ -1,6 +1,7 @@
 package history
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,26 +38,148 @@ func Export(w io.Writer, h History) error {
 }
 
 // Import reads a history written by Export and checks it: a known version,
-// events numbered 1..n, the first a WorkflowStarted. It reads the events one
-// at a time, and an event that names its type before its attributes, as
-// Export writes them, has its attributes decoded as they are read.
+// events numbered 1..n, the first a WorkflowStarted. It reads r whole, then
+// decodes what Export writes with the scanner of scan.go; anything else
+// valid (fields in another order, keys in another case) it decodes as
+// encoding/json does, with its errors.
 func Import(r io.Reader) (History, error) {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	h, err := readHistory(dec)
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return History{}, fmt.Errorf("import history: %w", err)
+	}
+	h, ok := scanHistory(data)
+	if !ok {
+		h, err = readStream(data)
+	}
+	if err == nil {
+		err = checkVersion(h.Version)
+	}
+	if err == nil {
+		err = h.Validate()
+	}
 	if err != nil {
 		return h, fmt.Errorf("import history: %w", err)
 	}
-	if dec.More() {
-		return h, fmt.Errorf("import history: trailing data after the history")
-	}
-	if err := checkVersion(h.Version); err != nil {
-		return h, fmt.Errorf("import history: %w", err)
-	}
-	if err := h.Validate(); err != nil {
-		return h, fmt.Errorf("import history: %w", err)
-	}
 	return h, nil
+}
+
+// readStream decodes a history with a json.Decoder, one event at a time;
+// an event that names its type before its attributes, as Export writes
+// them, has its attributes decoded as they are read.
+func readStream(data []byte) (History, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	h, err := readHistory(dec)
+	if err == nil && dec.More() {
+		err = fmt.Errorf("trailing data after the history")
+	}
+	return h, err
+}
+
+// scanHistory decodes the history in b as Export writes it (any spacing
+// and order of fields, each named once, a known version), or returns false.
+func scanHistory(b []byte) (History, bool) {
+	var h History
+	s := scanner{b: b}
+	var seen uint8
+	ok := s.object(func(key []byte) bool {
+		var (
+			bit uint8
+			ok  bool
+		)
+		switch string(key) {
+		case "version":
+			var n int64
+			n, ok = s.int()
+			bit, h.Version = 1, int(n)
+			ok = ok && int64(h.Version) == n
+		case "workflow_id":
+			bit = 2
+			h.WorkflowID, ok = s.str()
+		case "run_id":
+			bit = 4
+			h.RunID, ok = s.str()
+		case "workflow_type":
+			bit = 8
+			h.WorkflowType, ok = s.str()
+		case "events":
+			bit = 16
+			h.Events, ok = s.events()
+		}
+		if seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		return ok
+	})
+	return h, ok && s.end() && h.Version == FormatVersion
+}
+
+// events reads an array of events.
+func (s *scanner) events() ([]Event, bool) {
+	if !s.next('[') {
+		return nil, false
+	}
+	var events []Event
+	if s.next(']') {
+		return events, true
+	}
+	for {
+		e, ok := s.event()
+		if !ok {
+			return nil, false
+		}
+		events = append(events, e)
+		if !s.next(',') {
+			return events, s.next(']')
+		}
+	}
+}
+
+// event reads an event as Event.MarshalJSON writes it, its fields in any
+// order, each named once.
+func (s *scanner) event() (Event, bool) {
+	var (
+		e     Event
+		typ   string
+		attrs []byte
+		seen  uint8
+	)
+	ok := s.object(func(key []byte) bool {
+		var (
+			bit uint8
+			ok  bool
+		)
+		switch string(key) {
+		case "id":
+			bit = 1
+			e.ID, ok = s.int()
+		case "time":
+			bit = 2
+			start := s.i
+			ok = s.skipString() && e.Time.UnmarshalJSON(s.b[start:s.i]) == nil
+		case "type":
+			bit = 4
+			typ, ok = s.str()
+		case "attributes":
+			bit = 8
+			attrs, ok = s.raw()
+		}
+		if seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		return ok
+	})
+	if !ok || seen&12 != 12 {
+		return e, false
+	}
+	a, err := Decode(typ, attrs)
+	if err != nil {
+		return e, false
+	}
+	e.Attributes = a
+	return e, true
 }
 
 // checkVersion refuses a format version other than FormatVersion.

@@ -9,13 +9,32 @@ import (
 	"time"
 )
 
-// fields are the JSON names of a struct type's fields, as encoding/json
-// names them (no attribute type embeds a struct), with those of the fields
-// that are structs themselves (Failure), which are checked in turn.
+// fields are the fields of a struct type as encoding/json names them (no
+// attribute type embeds a struct), in order: what knownKeys checks keys
+// against and what the scanner decodes into.
 type fields struct {
-	names  []string
-	nested []*fields // by name; nil for a field that is not a struct
+	list []field
 }
+
+// field is one field of a struct type.
+type field struct {
+	name   string // its JSON name
+	index  int    // its index in the struct
+	kind   fieldKind
+	nested *fields // the fields of a struct field (Failure), else nil
+}
+
+// fieldKind is what a field holds, as the scanner decodes it.
+type fieldKind uint8
+
+const (
+	kindString fieldKind = iota
+	kindInt              // int or int64
+	kindBool
+	kindRaw    // json.RawMessage
+	kindTime   // time.Time
+	kindStruct // decoded field by field, with nested
+)
 
 var (
 	timeType    = reflect.TypeFor[time.Time]()
@@ -36,16 +55,24 @@ func jsonFields(t reflect.Type) *fields {
 		case "":
 			name = f.Name
 		}
-		var nested *fields
+		fd := field{name: name, index: f.Index[0]}
 		switch ft := f.Type; {
-		case ft == timeType, ft == rawJSONType:
+		case ft == timeType:
+			fd.kind = kindTime
+		case ft == rawJSONType:
+			fd.kind = kindRaw
 		case ft.Kind() == reflect.Struct:
-			nested = jsonFields(ft)
-		case ft.Kind() == reflect.String, ft.Kind() == reflect.Int, ft.Kind() == reflect.Int64, ft.Kind() == reflect.Bool:
+			fd.kind, fd.nested = kindStruct, jsonFields(ft)
+		case ft.Kind() == reflect.String:
+			fd.kind = kindString
+		case ft.Kind() == reflect.Int, ft.Kind() == reflect.Int64:
+			fd.kind = kindInt
+		case ft.Kind() == reflect.Bool:
+			fd.kind = kindBool
 		default:
-			panic(fmt.Sprintf("history: field %s of %s is a %s, whose keys knownKeys cannot check: teach it, or use a string, number, json.RawMessage or struct", f.Name, t, ft))
+			panic(fmt.Sprintf("history: field %s of %s is a %s, which knownKeys and the scanner cannot decode: teach them, or use a string, int, int64, bool, time.Time, json.RawMessage or struct", f.Name, t, ft))
 		}
-		fs.names, fs.nested = append(fs.names, name), append(fs.nested, nested)
+		fs.list = append(fs.list, fd)
 	}
 	return fs
 }
@@ -84,12 +111,12 @@ func checkObject(b []byte, i int, fs *fields) (int, error) {
 			}
 			key = []byte(k)
 		}
-		k := fs.find(key)
-		if k < 0 {
+		f := fs.find(key)
+		if f == nil {
 			return 0, fmt.Errorf("json: unknown field %q", key)
 		}
 		i = skipSpace(b, skipSpace(b, end)+1) // past the colon
-		if nested := fs.nested[k]; nested != nil {
+		if nested := f.nested; nested != nil {
 			var err error
 			if i, err = checkObject(b, i, nested); err != nil {
 				return 0, err
@@ -100,19 +127,28 @@ func checkObject(b []byte, i int, fs *fields) (int, error) {
 	}
 }
 
-// find returns the index of the field named key, or -1.
-func (fs *fields) find(key []byte) int {
-	for k, f := range fs.names {
-		if string(key) == f {
-			return k
+// exact returns the field named key, or nil.
+func (fs *fields) exact(key []byte) *field {
+	for k := range fs.list {
+		if string(key) == fs.list[k].name {
+			return &fs.list[k]
 		}
 	}
-	for k, f := range fs.names {
-		if bytes.EqualFold(key, []byte(f)) {
-			return k
+	return nil
+}
+
+// find returns the field named key, matched exactly or else without case,
+// or nil.
+func (fs *fields) find(key []byte) *field {
+	if f := fs.exact(key); f != nil {
+		return f
+	}
+	for k := range fs.list {
+		if bytes.EqualFold(key, []byte(fs.list[k].name)) {
+			return &fs.list[k]
 		}
 	}
-	return -1
+	return nil
 }
 
 func skipSpace(b []byte, i int) int {

@@ -66,6 +66,23 @@ func FuzzDecodeMatchesTheStrictDecoder(f *testing.F) {
 	} {
 		f.Add(typ, []byte(in))
 	}
+	// Shapes that the scanner of scan.go decodes itself or gives up on: the
+	// spacing Postgres prints jsonb with, escapes, bytes past ASCII, nulls,
+	// keys named twice, numbers that are no integers, deep raw values.
+	for _, tt := range []struct{ typ, in string }{
+		{"activity_scheduled", `{"seq": 1, "input": {"a": [1, 2.5e-3, true, null]}, "queue": "q", "options": {"name": "N"}, "activity": "A"}`},
+		{"activity_completed", `{"seq":1,"result":null,"attempt":2,"seq":3}`},
+		{"activity_failed", `{"seq":1,"failure":{"message":"a\u00e9\n"},"failure":{"class":"c"}}`},
+		{"signal_received", "{\"name\":\"caf\xc3\xa9\xff\",\"payload\":\"\\ud800\"}"},
+		{"timer_started", `{"seq":-0,"fire_at":"2030-01-01T00:00:00.5+01:00"}`},
+		{"timer_started", `{"seq":1e2,"fire_at":null}`},
+		{"timer_fired", `{"seq":9223372036854775808}`},
+		{"version_marker", `{"change_id":"c","version":01}`},
+		{"workflow_completed", `{"result":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`},
+		{"workflow_started", ` {"workflow_type":"W","Queue":"q","input":1} `},
+	} {
+		f.Add(tt.typ, []byte(tt.in))
+	}
 	f.Fuzz(func(t *testing.T, typ string, b []byte) {
 		if _, ok := decoders[typ]; !ok {
 			return
