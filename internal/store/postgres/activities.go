@@ -92,11 +92,13 @@ func claimActivityArgs(in store.ClaimParams) namedArgs {
 	}
 }
 
-// scanActivityTask reads a row of claimActivityTasksSQL.
+// scanActivityTask reads a row of claimActivityTasksSQL. Its jsonb columns
+// are scanned as bytes: into a json.RawMessage, pgx would run json.Unmarshal
+// on each, to check and copy what Postgres already checked.
 func scanActivityTask(row pgx.CollectableRow) (store.ActivityTask, error) {
 	var t store.ActivityTask
-	err := row.Scan(&t.ID, &t.RunID, &t.WorkflowID, &t.WorkflowQueue, &t.TraceContext, &t.Seq, &t.Activity, &t.Queue, &t.Input, &t.IdempotencyKey,
-		&t.Attempt, &t.MaxAttempts, &t.RateLimited, &t.Options, &t.LockedUntil, &t.ScheduledAt, &t.LastError, &t.Heartbeat)
+	err := row.Scan(&t.ID, &t.RunID, &t.WorkflowID, &t.WorkflowQueue, &t.TraceContext, &t.Seq, &t.Activity, &t.Queue, (*[]byte)(&t.Input), &t.IdempotencyKey,
+		&t.Attempt, &t.MaxAttempts, &t.RateLimited, (*[]byte)(&t.Options), &t.LockedUntil, &t.ScheduledAt, &t.LastError, (*[]byte)(&t.Heartbeat))
 	return t, err
 }
 
