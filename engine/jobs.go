@@ -49,7 +49,7 @@ func Enqueue[In, Out any](ctx context.Context, e *Engine, fn func(context.Contex
 
 // EnqueueTx is Enqueue inside the caller's transaction: the job exists if and
 // only if tx commits. A job enqueued next to a write that then rolls back is
-// never run.
+// never run. Its commit waits for the disk (see StartTx).
 func EnqueueTx[In, Out any](ctx context.Context, e *Engine, tx pgx.Tx, fn func(context.Context, In) (Out, error), in In, o JobOptions) (Job, error) {
 	if tx == nil {
 		return Job{}, errors.New("enqueue job: nil transaction")

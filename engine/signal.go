@@ -37,7 +37,7 @@ func Signal[T any](ctx context.Context, e *Engine, workflowID, name string, v T)
 }
 
 // SignalTx is Signal inside the caller's transaction: the signal is sent if
-// and only if tx commits.
+// and only if tx commits, and its commit waits for the disk (see StartTx).
 func SignalTx[T any](ctx context.Context, e *Engine, tx pgx.Tx, workflowID, name string, v T) error {
 	if tx == nil {
 		return errors.New("signal: nil transaction")

@@ -80,6 +80,11 @@ func Start[In, Out any](ctx context.Context, e *Engine, wf func(workflow.Context
 // StartTx is Start inside the caller's transaction: the run exists if and only
 // if tx commits. Use it to start a workflow together with the rows that call
 // for it (the transactional outbox, built in).
+//
+// If tx's commit would not wait for the disk (synchronous_commit off), StartTx
+// makes it wait (SET LOCAL synchronous_commit = local): the run's first
+// activity may start as soon as tx commits, and a Postgres crash must not
+// then lose the run. SignalTx and EnqueueTx do the same.
 func StartTx[In, Out any](ctx context.Context, e *Engine, tx pgx.Tx, wf func(workflow.Context, In) (Out, error), in In, o StartOptions) (*Run[Out], error) {
 	if tx == nil {
 		return nil, errors.New("start workflow: nil transaction")

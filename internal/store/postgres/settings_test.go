@@ -57,6 +57,52 @@ func TestClaimSettingsHoldForTheirTransactionOnly(t *testing.T) {
 	require.Equal(t, "on", session, "nothing stays set on the session")
 }
 
+// Every transaction the store writes in waits for the disk at its commit,
+// where the session says it need not (as a database's default may): its
+// own, and a caller's that StartTx, SignalTx or EnqueueTx writes in. A
+// stronger setting is left as it is, and so are a caller's planner
+// settings.
+func TestCommitsWaitForTheDiskWhereTheSessionSaysNot(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ session, want string }{
+		{"off", "local"},
+		{"on", "on"},
+		{"remote_apply", "remote_apply"},
+	} {
+		t.Run(tt.session, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := pgxpool.ParseConfig(pgtest.Database(t))
+			require.NoError(t, err)
+			cfg.ConnConfig.RuntimeParams["synchronous_commit"] = tt.session
+			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			s := postgres.New(pool)
+
+			read := func(s *postgres.Store, settings string) (commit, sorts string) {
+				t.Helper()
+				require.NoError(t, s.RunAllWith(t.Context(), settings, func(b *pgx.Batch) {
+					b.Queue(`SELECT current_setting('synchronous_commit'), current_setting('enable_sort')`).QueryRow(func(r pgx.Row) error {
+						return r.Scan(&commit, &sorts)
+					})
+				}))
+				return commit, sorts
+			}
+			commit, _ := read(s, postgres.IndexPlans)
+			require.Equal(t, tt.want, commit, "the store's own transactions")
+			commit, _ = read(s, postgres.ClaimSettings)
+			require.Equal(t, "off", commit, "a workflow-task claim still does not wait")
+
+			tx, err := pool.Begin(t.Context())
+			require.NoError(t, err)
+			defer tx.Rollback(t.Context()) //nolint:errcheck // the test reads, then rolls back
+			commit, sorts := read(s.WithTx(tx), postgres.IndexPlans)
+			require.Equal(t, tt.want, commit, "a caller's transaction")
+			require.Equal(t, "on", sorts, "whose planner settings stay the caller's")
+		})
+	}
+}
+
 // batchLog records the first statement of each batch sent.
 type batchLog struct {
 	mu    sync.Mutex

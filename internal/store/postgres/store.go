@@ -86,8 +86,23 @@ func translate(err error) error {
 // plan made on nearly empty tables stays a lookup per key: a join of keys
 // to a table is a LATERAL subquery, or names the keys again as = ANY (see
 // TestPlansMadeOnEmptyTablesHoldAsTheyGrow in package engine).
+//
+// It also makes the commit durable (durableCommit).
 const indexPlans = `SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),
-    set_config('plan_cache_mode', 'force_generic_plan', true)`
+    set_config('plan_cache_mode', 'force_generic_plan', true), ` + durableCommit
+
+// durableCommit makes a transaction's commit wait for the disk where the
+// session or the database says it need not (synchronous_commit off), and
+// leaves any other setting as it is (on, local, remote_write, remote_apply
+// all wait at least for the local disk). The engine's guarantees rest on its
+// writes surviving a Postgres crash once committed: an activity claim's
+// attempt number, its fence, must never be handed out twice, and a run a
+// worker can read may have its first activity run before that worker
+// commits anything (engine.Options.ActivityRunAhead), so the start, or the
+// signal, it read must not be lost after the activity ran. It goes into
+// every transaction the store writes in, the caller's of StartTx, SignalTx
+// and EnqueueTx too, where it is the one setting the store changes.
+const durableCommit = `CASE current_setting('synchronous_commit') WHEN 'off' THEN set_config('synchronous_commit', 'local', true) END`
 
 // indexPlansNoFlush is indexPlans for a transaction that does not wait for
 // its commit to reach the disk (synchronous_commit off): Postgres writes it
@@ -99,8 +114,8 @@ const indexPlansNoFlush = indexPlans + `, set_config('synchronous_commit', 'off'
 // QueuedQuery's QueryRow, Query or Exec), with the planner held to
 // indexes (indexPlans): on the store's pool as one implicit transaction
 // (the settings are local to it) in one round trip. Bound to a caller's
-// transaction, whose settings it must not change, it runs the statement as
-// it is. Every statement an engine runs in its work goes through it; only
+// transaction, whose planner settings it must not change, it runs the
+// statement as it is, after durableCommit in the same round trip. Every statement an engine runs in its work goes through it; only
 // those that scan by nature do not: the admin reads, and the releases of a
 // stopping worker's claims.
 func (s *Store) run(ctx context.Context, sql string, args []any, read func(*pgx.QueuedQuery)) error {
@@ -119,6 +134,8 @@ func (s *Store) runAllWith(ctx context.Context, settings string, queue func(b *p
 	b := &pgx.Batch{}
 	if s.db == dbtx(s.pool) {
 		b.Queue(settings)
+	} else {
+		b.Queue(`SELECT ` + durableCommit)
 	}
 	queue(b)
 	return s.db.SendBatch(ctx, b).Close()
