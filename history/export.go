@@ -81,35 +81,22 @@ func readStream(data []byte) (History, error) {
 func scanHistory(b []byte) (History, bool) {
 	var h History
 	s := scanner{b: b}
-	var seen uint8
-	ok := s.object(func(key []byte) bool {
-		var (
-			bit uint8
-			ok  bool
-		)
-		switch string(key) {
+	ok := s.members([]string{"version", "workflow_id", "run_id", "workflow_type", "events"}, func(key string) (ok bool) {
+		switch key {
 		case "version":
 			var n int64
 			n, ok = s.int()
-			bit, h.Version = 1, int(n)
-			ok = ok && int64(h.Version) == n
+			h.Version = int(n)
+			return ok && int64(h.Version) == n
 		case "workflow_id":
-			bit = 2
 			h.WorkflowID, ok = s.str()
 		case "run_id":
-			bit = 4
 			h.RunID, ok = s.str()
 		case "workflow_type":
-			bit = 8
 			h.WorkflowType, ok = s.str()
 		case "events":
-			bit = 16
 			h.Events, ok = s.events()
 		}
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
 		return ok
 	})
 	return h, ok && s.end() && h.Version == FormatVersion
@@ -137,41 +124,28 @@ func (s *scanner) events() ([]Event, bool) {
 }
 
 // event reads an event as Event.MarshalJSON writes it, its fields in any
-// order, each named once.
+// order, each named once. Without a type or attributes, Decode fails.
 func (s *scanner) event() (Event, bool) {
 	var (
 		e     Event
 		typ   string
 		attrs []byte
-		seen  uint8
 	)
-	ok := s.object(func(key []byte) bool {
-		var (
-			bit uint8
-			ok  bool
-		)
-		switch string(key) {
+	ok := s.members([]string{"id", "time", "type", "attributes"}, func(key string) (ok bool) {
+		switch key {
 		case "id":
-			bit = 1
 			e.ID, ok = s.int()
 		case "time":
-			bit = 2
 			start := s.i
-			ok = s.skipString() && e.Time.UnmarshalJSON(s.b[start:s.i]) == nil
+			return s.skipString() && e.Time.UnmarshalJSON(s.b[start:s.i]) == nil
 		case "type":
-			bit = 4
 			typ, ok = s.str()
 		case "attributes":
-			bit = 8
 			attrs, ok = s.raw()
 		}
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
 		return ok
 	})
-	if !ok || seen&12 != 12 {
+	if !ok {
 		return e, false
 	}
 	a, err := Decode(typ, attrs)

@@ -92,6 +92,24 @@ func (s *scanner) object(member func(key []byte) bool) bool {
 	}
 }
 
+// members reads an object whose keys are among names (at most 64), each
+// named once, handing each key to read, which reads its value.
+func (s *scanner) members(names []string, read func(key string) bool) bool {
+	var seen uint64
+	return s.object(func(key []byte) bool {
+		for k, name := range names {
+			if string(key) == name {
+				if seen&(1<<k) != 0 {
+					return false
+				}
+				seen |= 1 << k
+				return read(name)
+			}
+		}
+		return false
+	})
+}
+
 // key reads a string and returns its contents, unquoted. The bytes may be
 // the input's own: they are valid until the input changes.
 func (s *scanner) key() ([]byte, bool) {
