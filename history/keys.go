@@ -83,48 +83,32 @@ func jsonFields(t reflect.Type) *fields {
 // case); b is valid JSON, as json.Unmarshal found it. A value that is not
 // an object (null) has no keys.
 func knownKeys(b []byte, fs *fields) error {
-	_, err := checkObject(b, skipSpace(b, 0), fs)
-	return err
+	s := scanner{b: b}
+	if key := s.unknownKey(fs); key != nil {
+		return fmt.Errorf("json: unknown field %q", key)
+	}
+	return nil
 }
 
-// checkObject checks the keys of the value at b[i] (see knownKeys), and
-// returns the index past it.
-func checkObject(b []byte, i int, fs *fields) (int, error) {
-	if i >= len(b) || b[i] != '{' {
-		return skipValue(b, i), nil
+// unknownKey reads the value at s and returns its first key that is no
+// field of fs (see knownKeys), or nil.
+func (s *scanner) unknownKey(fs *fields) (unknown []byte) {
+	if s.peek() != '{' {
+		s.skipValue(0)
+		return nil
 	}
-	i++
-	for {
-		i = skipSpace(b, i)
-		if b[i] == '}' {
-			return i + 1, nil
+	s.object(func(key []byte) bool {
+		switch f := fs.find(key); {
+		case f == nil:
+			unknown = key
+			return false
+		case f.nested != nil:
+			unknown = s.unknownKey(f.nested)
+			return unknown == nil
 		}
-		if b[i] == ',' {
-			i = skipSpace(b, i+1)
-		}
-		end := skipString(b, i)
-		key := b[i+1 : end-1]
-		if bytes.IndexByte(key, '\\') >= 0 { // escaped: unquote it
-			var k string
-			if err := json.Unmarshal(b[i:end], &k); err != nil {
-				return 0, err
-			}
-			key = []byte(k)
-		}
-		f := fs.find(key)
-		if f == nil {
-			return 0, fmt.Errorf("json: unknown field %q", key)
-		}
-		i = skipSpace(b, skipSpace(b, end)+1) // past the colon
-		if nested := f.nested; nested != nil {
-			var err error
-			if i, err = checkObject(b, i, nested); err != nil {
-				return 0, err
-			}
-		} else {
-			i = skipValue(b, i)
-		}
-	}
+		return s.skipValue(0)
+	})
+	return unknown
 }
 
 // exact returns the field named key, or nil.
@@ -153,50 +137,6 @@ func (fs *fields) find(key []byte) *field {
 
 func skipSpace(b []byte, i int) int {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index past the string that starts at b[i].
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return i
-}
-
-// skipValue returns the index past the value that starts at b[i].
-func skipValue(b []byte, i int) int {
-	depth := 0
-	for i < len(b) {
-		switch b[i] {
-		case '"':
-			i = skipString(b, i)
-			if depth == 0 {
-				return i
-			}
-			continue
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return i
-			}
-			depth--
-			if depth == 0 {
-				return i + 1
-			}
-		case ',':
-			if depth == 0 {
-				return i
-			}
-		}
 		i++
 	}
 	return i

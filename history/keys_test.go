@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -43,6 +44,8 @@ func TestDecodeRefusesUnknownFieldsAsTheStrictDecoder(t *testing.T) {
 		{"activity_failed", `{"seq":1,"failure":{"message":"m","class":"c"}}`, ""},
 		{"activity_failed", `{"seq":1,"failure":{"message":"m","extra":1}}`, "extra"},
 		{"workflow_failed", `{"failure":null}`, ""},
+		// Past a raw value nested deeply, the keys are still checked.
+		{"activity_completed", `{"SEQ":1,"result":` + strings.Repeat("[", 2000) + strings.Repeat("]", 2000) + `,"extra":1}`, "extra"},
 	} {
 		_, strictErr := strictDecode(tt.typ, []byte(tt.in))
 		_, err := Decode(tt.typ, []byte(tt.in))

@@ -12,15 +12,17 @@ import (
 // fields that jsonFields found once per type. It gives up (ok false) on
 // anything it is not sure encoding/json would decode the same way (a key that
 // matches no field exactly, a number that is not a plain integer, a value of
-// the wrong kind, a nesting too deep), and the encoding/json path then
-// decodes that input with its own result and errors. Where it does not give
-// up, it has checked the whole input as encoding/json would, and what it
-// decoded is what encoding/json decodes. FuzzFastDecodeMatchesJSON and
-// FuzzFastImportMatchesTheStream hold the two paths equal.
+// the wrong kind), and the encoding/json path then decodes that input with
+// its own result and errors. Where it does not give up, it has checked the
+// whole input as encoding/json would, and what it decoded is what
+// encoding/json decodes. FuzzDecodeMatchesTheStrictDecoder and
+// FuzzImportMatchesTheStream hold the two paths equal. On the encoding/json
+// path, knownKeys walks the input with the same scanner.
 
-// maxDepth is how deeply nested a raw value may be before the scanner gives
-// up on it (encoding/json's own limit is 10,000).
-const maxDepth = 512
+// maxDepth is how deeply nested a value may be before the scanner gives up
+// on it: encoding/json's own limit, so that knownKeys walks whatever
+// json.Unmarshal accepts.
+const maxDepth = 10000
 
 // scanner reads JSON from b, from index i on.
 type scanner struct {
@@ -325,12 +327,12 @@ func decodeFast(b []byte, fs *fields, v reflect.Value) bool {
 func (s *scanner) into(fs *fields, v reflect.Value) bool {
 	return s.object(func(key []byte) bool {
 		f := fs.exact(key)
-		return f != nil && s.field(f, v.Field(f.index))
+		return f != nil && s.fieldValue(f, v.Field(f.index))
 	})
 }
 
-// field reads the value of field f into v.
-func (s *scanner) field(f *field, v reflect.Value) bool {
+// fieldValue reads the value of field f into v.
+func (s *scanner) fieldValue(f *field, v reflect.Value) bool {
 	if s.literal("null") {
 		if f.kind == kindRaw { // a json.RawMessage keeps a null
 			v.SetBytes([]byte("null"))
