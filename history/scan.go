@@ -115,27 +115,23 @@ func (s *scanner) members(names []string, read func(key string) bool) bool {
 // key reads a string and returns its contents, unquoted. The bytes may be
 // the input's own: they are valid until the input changes.
 func (s *scanner) key() ([]byte, bool) {
-	start := s.i
 	if raw, ok := s.plainString(); ok {
 		return raw, true
 	}
-	s.i = start
 	str, ok := s.quoted()
 	return []byte(str), ok
 }
 
 // str reads a string.
 func (s *scanner) str() (string, bool) {
-	start := s.i
 	if raw, ok := s.plainString(); ok {
 		return string(raw), true
 	}
-	s.i = start
 	return s.quoted()
 }
 
 // plainString reads a string of printable ASCII without escapes and returns
-// its contents; for any other string it returns false.
+// its contents; for any other string it returns false, having read nothing.
 func (s *scanner) plainString() ([]byte, bool) {
 	if s.i >= len(s.b) || s.b[s.i] != '"' {
 		return nil, false
