@@ -141,7 +141,7 @@ func (s *Store) RedriveDeadLetter(ctx context.Context, in store.RedriveParams) (
 // activity failure, with that activity scheduled again; or, when no activity
 // failed, up to the workflow's failure, with a workflow task.
 func (s *Store) reopenRun(ctx context.Context, tx pgx.Tx, d store.DeadLetter, in store.RedriveParams, res *store.RedriveResult) error {
-	events, err := s.WithTx(tx).ListEvents(ctx, d.RunID, 0)
+	events, err := s.in(tx).ListEvents(ctx, d.RunID, 0)
 	if err != nil {
 		return err
 	}

@@ -145,7 +145,7 @@ func (s *Store) TerminateRun(ctx context.Context, in store.TerminateParams) (sto
 		if err := tx.QueryRow(ctx, terminateByRunSQL, namedArgs{"run_id": runID, "reason": in.Reason, "now": in.Now}).Scan(&n); err != nil {
 			return err
 		}
-		ts := s.WithTx(tx)
+		ts := s.in(tx)
 		if parentRunID != "" {
 			if err := ts.reportToParent(ctx, runID, parentRunID, closed, in.Now, &ready); err != nil {
 				return err

@@ -34,6 +34,9 @@ type dbtx interface {
 type Store struct {
 	db   dbtx
 	pool *pgxpool.Pool
+	// caller is set when db is a caller's transaction (WithTx), whose
+	// commit the store makes durable (durableCommit) with each statement.
+	caller bool
 	// The rest is shared by the copies WithTx makes.
 	group  *atomic.Pointer[grouper]
 	starts *batch.Batcher[*groupReq] // see Batch
@@ -51,7 +54,16 @@ func New(pool *pgxpool.Pool) *Store {
 // WithTx returns a store whose writes happen inside tx: they commit or roll
 // back with the caller's transaction.
 func (s *Store) WithTx(tx pgx.Tx) *Store {
-	return &Store{db: tx, pool: s.pool, group: s.group, starts: s.starts, reads: s.reads, merged: s.merged}
+	in := s.in(tx)
+	in.caller = true
+	return in
+}
+
+// in returns s bound to tx, a transaction of s's own (inTx) or, in a store
+// bound to a caller's, a savepoint of it: a transaction of the store's own
+// made its commit durable when it began.
+func (s *Store) in(tx pgx.Tx) *Store {
+	return &Store{db: tx, pool: s.pool, caller: s.caller, group: s.group, starts: s.starts, reads: s.reads, merged: s.merged}
 }
 
 // Pool returns the pool the store was made with.
@@ -115,9 +127,10 @@ const indexPlansNoFlush = indexPlans + `, set_config('synchronous_commit', 'off'
 // indexes (indexPlans): on the store's pool as one implicit transaction
 // (the settings are local to it) in one round trip. Bound to a caller's
 // transaction, whose planner settings it must not change, it runs the
-// statement as it is, after durableCommit in the same round trip. Every statement an engine runs in its work goes through it; only
-// those that scan by nature do not: the admin reads, and the releases of a
-// stopping worker's claims.
+// statement as it is, after durableCommit in the same round trip. Every
+// statement an engine runs in its work goes through it; only those that
+// scan by nature do not: the admin reads, and the releases of a stopping
+// worker's claims.
 func (s *Store) run(ctx context.Context, sql string, args []any, read func(*pgx.QueuedQuery)) error {
 	return s.runAll(ctx, func(b *pgx.Batch) { read(b.Queue(sql, args...)) })
 }
@@ -132,9 +145,10 @@ func (s *Store) runAll(ctx context.Context, queue func(b *pgx.Batch)) error {
 // the transaction's settings, in place of indexPlans.
 func (s *Store) runAllWith(ctx context.Context, settings string, queue func(b *pgx.Batch)) error {
 	b := &pgx.Batch{}
-	if s.db == dbtx(s.pool) {
+	switch {
+	case s.db == dbtx(s.pool):
 		b.Queue(settings)
-	} else {
+	case s.caller:
 		b.Queue(`SELECT ` + durableCommit)
 	}
 	queue(b)

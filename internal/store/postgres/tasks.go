@@ -430,7 +430,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 			if err := scan(tx.QueryRow(ctx, commitWorkflowTaskSQL, args)); err != nil || ok == 0 {
 				return err
 			}
-			return s.WithTx(tx).familyEffects(ctx, in, &ready)
+			return s.in(tx).familyEffects(ctx, in, &ready)
 		})
 	} else {
 		sql, many := commitWorkflowTaskSQL, (*manyStmt)(nil)
