@@ -623,6 +623,11 @@ func (h *hub) listen(ctx context.Context, ready chan struct{}) {
 			h.mu.Lock()
 			h.listening = time.Now()
 			h.mu.Unlock()
+			// Before ready: the pollers that start once acquire returns
+			// begin with a claim of their own, and woken too they would
+			// claim twice; those that began before (acquire waited a
+			// second in vain) may have missed notifications, and are woken.
+			h.wakeAll()
 			if first {
 				close(ready)
 				first = false
@@ -631,7 +636,6 @@ func (h *hub) listen(ctx context.Context, ready chan struct{}) {
 				h.log.LogAttrs(ctx, slog.LevelDebug, "notification listener reconnected")
 			}
 			backoff = 50 * time.Millisecond
-			h.wakeAll()
 		})
 		h.mu.Lock()
 		h.listening = time.Time{} // a gap: closes elsewhere may go unseen
