@@ -322,8 +322,11 @@ func TestRunAheadWhoseScheduleDidNotCommitRunsAgain(t *testing.T) {
 	run := r.addAfterFirstStep(ctx, t, StartOptions{})
 
 	require.Equal(t, []int{1, 1, 1}, attemptsOf(run.RunID), "the first activity twice, attempt 1 both times; the second once")
+	// The dropped attempt's goroutine counts and logs it once its
+	// schedule's commit has returned, which nothing else here waits for.
+	require.Eventually(t, func() bool { return strings.Contains(r.log.String(), msgRunAheadDropped) },
+		10*time.Second, time.Millisecond, "the dropped attempt logged")
 	require.Equal(t, float64(1), r.runAhead(runAheadDropped))
-	require.Contains(t, r.log.String(), msgRunAheadDropped)
 	require.Contains(t, r.log.String(), `"idempotency_key":"`+run.RunID+`:1"`)
 	events := r.replayedHistory(ctx, t, run)
 	require.Equal(t, []string{"workflow_started", "activity_scheduled", "activity_completed", "signal_received"}, typesOf(events[:4]))
