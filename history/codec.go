@@ -13,7 +13,6 @@ var decoders = map[string]decoder{}
 // decoder decodes the attributes of one event type, from their bytes
 // (Decode) or as the next value of a stream (Import).
 type decoder struct {
-	fields *fields // of the attributes' struct type
 	bytes  func([]byte) (Attributes, error)
 	stream func(*json.Decoder) (Attributes, error)
 }
@@ -45,7 +44,6 @@ func register[T Attributes]() {
 	var zero T
 	fields := jsonFields(reflect.TypeFor[T]())
 	decoders[zero.EventType()] = decoder{
-		fields: fields,
 		stream: func(dec *json.Decoder) (Attributes, error) {
 			var v T
 			if err := dec.Decode(&v); err != nil {

@@ -12,16 +12,14 @@ import (
 // fields are the fields of a struct type as encoding/json names them (no
 // attribute type embeds a struct), in order: what knownKeys checks keys
 // against and what the scanner decodes into.
-type fields struct {
-	list []field
-}
+type fields []field
 
 // field is one field of a struct type.
 type field struct {
 	name   string // its JSON name
 	index  int    // its index in the struct
 	kind   fieldKind
-	nested *fields // the fields of a struct field (Failure), else nil
+	nested fields // the fields of a struct field (Failure)
 }
 
 // fieldKind is what a field holds, as the scanner decodes it.
@@ -42,8 +40,8 @@ var (
 )
 
 // jsonFields returns the fields of struct type t.
-func jsonFields(t reflect.Type) *fields {
-	fs := &fields{}
+func jsonFields(t reflect.Type) fields {
+	var fs fields
 	for f := range t.Fields() {
 		if !f.IsExported() {
 			continue
@@ -72,7 +70,7 @@ func jsonFields(t reflect.Type) *fields {
 		default:
 			panic(fmt.Sprintf("history: field %s of %s is a %s, which knownKeys and the scanner cannot decode: teach them, or use a string, int, int64, bool, time.Time, json.RawMessage or struct", f.Name, t, ft))
 		}
-		fs.list = append(fs.list, fd)
+		fs = append(fs, fd)
 	}
 	return fs
 }
@@ -82,7 +80,7 @@ func jsonFields(t reflect.Type) *fields {
 // fs, matched as encoding/json matches them (exactly, or else without
 // case); b is valid JSON, as json.Unmarshal found it. A value that is not
 // an object (null) has no keys.
-func knownKeys(b []byte, fs *fields) error {
+func knownKeys(b []byte, fs fields) error {
 	s := scanner{b: b}
 	if key := s.unknownKey(fs); key != nil {
 		return fmt.Errorf("json: unknown field %q", key)
@@ -92,7 +90,7 @@ func knownKeys(b []byte, fs *fields) error {
 
 // unknownKey reads the value at s and returns its first key that is no
 // field of fs (see knownKeys), or nil.
-func (s *scanner) unknownKey(fs *fields) (unknown []byte) {
+func (s *scanner) unknownKey(fs fields) (unknown []byte) {
 	if s.peek() != '{' {
 		s.skipValue(0)
 		return nil
@@ -102,7 +100,7 @@ func (s *scanner) unknownKey(fs *fields) (unknown []byte) {
 		case f == nil:
 			unknown = key
 			return false
-		case f.nested != nil:
+		case f.kind == kindStruct:
 			unknown = s.unknownKey(f.nested)
 			return unknown == nil
 		}
@@ -112,10 +110,10 @@ func (s *scanner) unknownKey(fs *fields) (unknown []byte) {
 }
 
 // exact returns the field named key, or nil.
-func (fs *fields) exact(key []byte) *field {
-	for k := range fs.list {
-		if string(key) == fs.list[k].name {
-			return &fs.list[k]
+func (fs fields) exact(key []byte) *field {
+	for k := range fs {
+		if string(key) == fs[k].name {
+			return &fs[k]
 		}
 	}
 	return nil
@@ -123,13 +121,13 @@ func (fs *fields) exact(key []byte) *field {
 
 // find returns the field named key, matched exactly or else without case,
 // or nil.
-func (fs *fields) find(key []byte) *field {
+func (fs fields) find(key []byte) *field {
 	if f := fs.exact(key); f != nil {
 		return f
 	}
-	for k := range fs.list {
-		if bytes.EqualFold(key, []byte(fs.list[k].name)) {
-			return &fs.list[k]
+	for k := range fs {
+		if bytes.EqualFold(key, []byte(fs[k].name)) {
+			return &fs[k]
 		}
 	}
 	return nil

@@ -313,14 +313,14 @@ func (s *scanner) raw() ([]byte, bool) {
 
 // decodeFast decodes b, the attributes of a type with fields fs, into the
 // struct v.
-func decodeFast(b []byte, fs *fields, v reflect.Value) bool {
+func decodeFast(b []byte, fs fields, v reflect.Value) bool {
 	s := scanner{b: b}
 	return s.peek() == '{' && s.into(fs, v) && s.end()
 }
 
 // into reads an object into the struct v, whose fields are fs. A key named
 // twice is decoded twice, the second over the first, as encoding/json does.
-func (s *scanner) into(fs *fields, v reflect.Value) bool {
+func (s *scanner) into(fs fields, v reflect.Value) bool {
 	return s.object(func(key []byte) bool {
 		f := fs.exact(key)
 		return f != nil && s.fieldValue(f, v.Field(f.index))

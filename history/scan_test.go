@@ -52,7 +52,7 @@ func TestScannerDecodesWhatTheEngineWrites(t *testing.T) {
 			require.NoError(t, err)
 			for _, in := range [][]byte{b, jsonbSpacing(b)} {
 				v, want := reflect.New(reflect.TypeOf(e.Attributes)), reflect.New(reflect.TypeOf(e.Attributes))
-				require.True(t, decodeFast(in, decoders[e.Type()].fields, v.Elem()), "%s: the scanner gave up on %s", name, in)
+				require.True(t, decodeFast(in, jsonFields(v.Elem().Type()), v.Elem()), "%s: the scanner gave up on %s", name, in)
 				require.NoError(t, json.Unmarshal(in, want.Interface()))
 				require.Equal(t, want.Elem().Interface(), v.Elem().Interface(), "%s", in)
 				n++
