@@ -13,8 +13,16 @@ import (
 	"github.com/durable-go/durable/internal/store"
 )
 
-// ErrDeadLetterNotFound is returned for a dead-letter ID that names none.
-var ErrDeadLetterNotFound = errors.New("dead letter not found")
+var (
+	// ErrDeadLetterNotFound is returned for a dead-letter ID that names none.
+	ErrDeadLetterNotFound = errors.New("dead letter not found")
+	// ErrRedriveConflict is returned, wrapped, by Redrive for a dead letter
+	// that cannot be redriven now: a job whose idempotency key a pending
+	// job holds, or a workflow whose ID has an open run. Nothing is done and
+	// the dead letter stays pending: redrive it again once that job or run
+	// has finished.
+	ErrRedriveConflict = errors.New("not redriven")
+)
 
 // DeadLetter is a standalone job or a workflow run that failed for good,
 // with what it takes to understand and redrive it.
@@ -48,6 +56,9 @@ type DeadLetterFilter struct {
 	Type string
 	// Pending keeps those not redriven yet.
 	Pending bool
+	// BeforeID keeps those with IDs below it, to page newest first: pass
+	// the last ID of one page to get the next. 0 means no bound.
+	BeforeID int64
 	// Limit is the most returned, newest first. Default 100.
 	Limit int
 }
@@ -97,7 +108,8 @@ func (e *Engine) DeadLetter(ctx context.Context, id int64) (DeadLetter, error) {
 // RedriveResult says what Redrive did.
 type RedriveResult struct {
 	// Redriven is false when the dead letter had been redriven before;
-	// redriving twice is harmless.
+	// redriving twice is harmless. (A dead letter that cannot be redriven
+	// now is an error, ErrRedriveConflict, not Redriven false.)
 	Redriven bool
 	// RunID is the run a redriven workflow continues in.
 	RunID string
@@ -107,6 +119,11 @@ type RedriveResult struct {
 // with a fresh attempt budget. A workflow continues in a new run of the same
 // workflow ID whose history is the failed run's up to the point of failure:
 // the activity that failed runs again, activities that completed do not.
+//
+// It returns an error wrapping ErrRedriveConflict, and leaves the dead letter
+// pending, when the work cannot be queued now: a job whose idempotency key a
+// pending job holds (a job with the same JobOptions.Key enqueued since), or a
+// workflow whose ID has an open run. The error names that job or run.
 func (e *Engine) Redrive(ctx context.Context, id int64) (RedriveResult, error) {
 	if err := e.needDB(); err != nil {
 		return RedriveResult{}, err
@@ -121,7 +138,7 @@ func (e *Engine) Redrive(ctx context.Context, id int64) (RedriveResult, error) {
 	case errors.Is(err, store.ErrNotFound):
 		return RedriveResult{}, fmt.Errorf("redrive dead letter %d: %w", id, ErrDeadLetterNotFound)
 	case errors.Is(err, store.ErrConflict):
-		return RedriveResult{}, fmt.Errorf("%w: finish or terminate it first", err)
+		return RedriveResult{}, e.redriveConflict(ctx, id, res, err)
 	case err != nil:
 		return RedriveResult{}, err
 	}
@@ -133,29 +150,68 @@ func (e *Engine) Redrive(ctx context.Context, id int64) (RedriveResult, error) {
 	return RedriveResult{Redriven: res.Redriven, RunID: res.RunID}, nil
 }
 
+// redriveConflict is the error of a redrive that err, a store.ErrConflict,
+// refused: what holds dead letter id back (res names it), and what to do.
+func (e *Engine) redriveConflict(ctx context.Context, id int64, res store.RedriveResult, err error) error {
+	d, derr := e.store.GetDeadLetter(ctx, id)
+	if derr != nil {
+		return fmt.Errorf("%w: %w", ErrRedriveConflict, err)
+	}
+	if d.Kind == store.DeadJob {
+		task := "" // it may have finished before the store could name it
+		if res.PendingTaskID != 0 {
+			task = fmt.Sprintf(" (task %d)", res.PendingTaskID)
+		}
+		return fmt.Errorf("redrive dead letter %d: %w: job with idempotency key %q is already pending%s: let it finish, then redrive again",
+			id, ErrRedriveConflict, d.IdempotencyKey, task)
+	}
+	run := ""
+	if res.OpenRunID != "" {
+		run = " " + res.OpenRunID
+	}
+	return fmt.Errorf("redrive dead letter %d: %w: workflow %q has an open run%s: finish or terminate that run first, then redrive again",
+		id, ErrRedriveConflict, d.WorkflowID, run)
+}
+
 // RedriveAll redrives every pending dead letter that f selects (f.Limit is
-// ignored) and returns how many it redrove.
+// ignored; f.BeforeID, if set, is where it starts), newest first, and
+// returns how many it redrove. It looks at each once: those written while it runs, such as redriven work that failed
+// again, wait for the next call.
+//
+// A dead letter that cannot be redriven now (ErrRedriveConflict) is skipped
+// and stays pending; RedriveAll goes on with the others and then returns,
+// with the count, an error that wraps ErrRedriveConflict and names each one
+// skipped and why. Any other error stops it.
 func (e *Engine) RedriveAll(ctx context.Context, f DeadLetterFilter) (int, error) {
+	if err := e.needDB(); err != nil {
+		return 0, err
+	}
 	f.Pending, f.Limit = true, 100
 	n := 0
+	var skipped []error
 	for {
 		ds, err := e.store.ListDeadLetters(ctx, store.DeadLetterFilter(f))
 		if err != nil {
 			return n, err
 		}
-		page := 0
 		for _, d := range ds {
 			res, err := e.Redrive(ctx, d.ID)
-			if err != nil {
+			switch {
+			case errors.Is(err, ErrRedriveConflict):
+				skipped = append(skipped, err)
+			case err != nil:
 				return n, err
-			}
-			if res.Redriven {
-				page++
+			case res.Redriven:
+				n++
 			}
 		}
-		n += page
-		if len(ds) < f.Limit || page == 0 {
-			return n, nil
+		if len(ds) < f.Limit {
+			break
 		}
+		f.BeforeID = ds[len(ds)-1].ID
 	}
+	if len(skipped) > 0 {
+		return n, fmt.Errorf("redrive all: redrove %d, left %d pending: %w", n, len(skipped), errors.Join(skipped...))
+	}
+	return n, nil
 }

@@ -277,11 +277,15 @@ type redriveOutput struct {
 	Kind       string `json:"kind"`
 	Type       string `json:"type"`
 	WorkflowID string `json:"workflow_id,omitempty"`
-	// Redriven is false when the dead letter had been redriven before.
+	// Redriven is false when the dead letter had been redriven before, or
+	// cannot be redriven now (then NotRedriven says why).
 	Redriven   bool       `json:"redriven"`
 	RedrivenAt *time.Time `json:"redriven_at"`
 	// RunID is the run a redriven workflow continues in.
 	RunID string `json:"run_id,omitempty"`
+	// NotRedriven says why the dead letter cannot be redriven now and what
+	// to do; it stays pending.
+	NotRedriven string `json:"not_redriven,omitempty"`
 }
 
 func (a *app) dlqRedriveCommand() *cobra.Command {
@@ -301,9 +305,12 @@ last failed activity; redrive prints the new run's ID. Workers pick the work
 up; no worker needs to run for the command itself.
 
 Redriving twice is harmless: a dead letter redriven before is reported as
-such and left alone. A workflow whose ID has an open run cannot be redriven:
-finish or terminate that run first. redrive stops at the first error; what it
-did before stays done, so running it again is safe.
+such and left alone. A dead letter cannot be redriven while what it would
+queue is held: a job whose idempotency key a pending job holds (let that job
+finish), or a workflow whose ID has an open run (finish or terminate it).
+redrive reports each such one as not redriven, leaves it pending, goes on
+with the others, and exits 1. Any other error stops it; what it did before
+stays done, so running it again is safe.
 
 It checks every ID before it redrives any: an unknown ID exits 3 with
 nothing done.`,
@@ -357,6 +364,7 @@ nothing done.`,
 
 			w := cmd.OutOrStdout()
 			done := []redriveOutput{}
+			var held []string
 			err = func() error {
 				for _, id := range ids {
 					out, err := redrive(ctx, e, s, id)
@@ -364,9 +372,16 @@ nothing done.`,
 						return err
 					}
 					done = append(done, out)
+					if out.NotRedriven != "" {
+						held = append(held, strconv.FormatInt(id, 10))
+					}
 					if !a.json {
 						printRedrive(w, out)
 					}
+				}
+				if len(held) > 0 {
+					return fmt.Errorf("%d dead letter(s) not redriven, left pending: %s: redrive again once what holds them has finished",
+						len(held), strings.Join(held, ", "))
 				}
 				return nil
 			}()
@@ -375,7 +390,7 @@ nothing done.`,
 				if jerr := writeJSON(w, done); err == nil {
 					err = jerr
 				}
-			} else if err == nil && all {
+			} else if (err == nil || len(held) > 0) && all {
 				n := 0
 				for _, o := range done {
 					if o.Redriven {
@@ -403,21 +418,13 @@ nothing done.`,
 // outcome as the database has it.
 func redrive(ctx context.Context, e *engine.Engine, s *postgres.Store, id int64) (redriveOutput, error) {
 	res, err := e.Redrive(ctx, id)
+	var held string
 	switch {
 	case errors.Is(err, engine.ErrDeadLetterNotFound):
 		return redriveOutput{}, notFound("no dead letter with ID %d: find IDs with 'durable dlq list --all'", id)
-	case errors.Is(err, store.ErrConflict):
-		d, derr := s.GetDeadLetter(ctx, id)
-		if derr != nil {
-			return redriveOutput{}, err
-		}
-		open := ""
-		if r, rerr := s.GetRunByWorkflowID(ctx, d.WorkflowID); rerr == nil && r.Status == store.StatusRunning {
-			open = " " + r.RunID
-		}
-		return redriveOutput{}, fmt.Errorf(
-			"dead letter %d not redriven: workflow %q has an open run%s: finish or terminate that run first, then redrive again (see 'durable workflow describe %q')",
-			id, d.WorkflowID, open, d.WorkflowID)
+	case errors.Is(err, engine.ErrRedriveConflict):
+		// The error names the dead letter, which the output does already.
+		held = strings.TrimPrefix(err.Error(), fmt.Sprintf("redrive dead letter %d: %v: ", id, engine.ErrRedriveConflict))
 	case err != nil:
 		return redriveOutput{}, err
 	}
@@ -425,9 +432,12 @@ func redrive(ctx context.Context, e *engine.Engine, s *postgres.Store, id int64)
 	if err != nil {
 		return redriveOutput{}, fmt.Errorf("read dead letter %d after its redrive: %w", id, err)
 	}
+	if held != "" && d.Kind == store.DeadWorkflow {
+		held += fmt.Sprintf(" (see 'durable workflow describe %q')", d.WorkflowID)
+	}
 	return redriveOutput{
 		ID: d.ID, Kind: d.Kind, Type: d.Type, WorkflowID: d.WorkflowID,
-		Redriven: res.Redriven, RedrivenAt: d.RedrivenAt, RunID: d.RedriveRunID,
+		Redriven: res.Redriven, RedrivenAt: d.RedrivenAt, RunID: d.RedriveRunID, NotRedriven: held,
 	}, nil
 }
 
@@ -438,6 +448,8 @@ func printRedrive(w io.Writer, o redriveOutput) {
 	}
 	what += ")"
 	switch {
+	case o.NotRedriven != "":
+		fmt.Fprintf(w, "%s: not redriven: %s\n", what, o.NotRedriven)
 	case !o.Redriven:
 		fmt.Fprintf(w, "%s: already redriven at %s", what, formatOptTime(o.RedrivenAt))
 		if o.RunID != "" {

@@ -330,16 +330,42 @@ func TestDLQRedrive(t *testing.T) {
 	require.Empty(t, r.stdout)
 	require.Equal(t, []int64{f.order2, f.order1, f.ship2}, pending(), "ship-2 was not redriven")
 
+	// A job whose key a pending job holds cannot be redriven: it says so
+	// and stays pending.
+	e, err := engine.New(f.pool, engine.Options{SkipMigrate: true, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.NoError(t, engine.RegisterActivity(e, Ship, activity.Options{}))
+	held, err := engine.Enqueue(ctx, e, Ship, "again", engine.JobOptions{Key: "ship-2"})
+	require.NoError(t, err)
+	r = durable(t, f.db, "dlq", "redrive", id(f.ship2))
+	requireCode(t, exitFailure, r)
+	require.Equal(t, "dead letter "+id(f.ship2)+` (job Ship): not redriven: job with idempotency key "ship-2" is already pending (task `+
+		id(held.ID)+"): let it finish, then redrive again\n", r.stdout)
+	require.Contains(t, r.stderr, "1 dead letter(s) not redriven, left pending: "+id(f.ship2))
+	require.Equal(t, []int64{f.order2, f.order1, f.ship2}, pending(), "ship-2 is still pending")
+	r = durable(t, f.db, "--json", "dlq", "redrive", id(f.ship2))
+	requireCode(t, exitFailure, r)
+	var outs []redriveOutput
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &outs), r.stdout)
+	require.Len(t, outs, 1)
+	require.False(t, outs[0].Redriven)
+	require.Nil(t, outs[0].RedrivenAt)
+	require.Contains(t, outs[0].NotRedriven, `job with idempotency key "ship-2" is already pending`)
+	// The held job finishes (no worker runs here: it is taken away).
+	_, err = f.pool.Exec(ctx, "DELETE FROM durable_activity_tasks WHERE id = $1", held.ID)
+	require.NoError(t, err)
+
 	// A workflow whose ID has an open run cannot be redriven.
 	r = durable(t, f.db, "dlq", "redrive", id(f.order2))
 	requireCode(t, exitFailure, r)
-	require.Contains(t, r.stderr, `workflow "order-2" has an open run `+f.holdRun+`: finish or terminate that run first`)
-	require.Empty(t, r.stdout)
+	require.Contains(t, r.stdout, `dead letter `+id(f.order2)+` (workflow Order, workflow ID order-2): not redriven: `+
+		`workflow "order-2" has an open run `+f.holdRun+`: finish or terminate that run first`)
+	require.Contains(t, r.stderr, "1 dead letter(s) not redriven, left pending: "+id(f.order2))
 
 	// --all with a filter.
 	r = durable(t, f.db, "--json", "dlq", "redrive", "--all", "--kind", "job")
 	requireCode(t, exitOK, r)
-	var outs []redriveOutput
+	outs = nil // Unmarshal would keep fields the JSON leaves out
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &outs), r.stdout)
 	require.Len(t, outs, 1)
 	require.Equal(t, f.ship2, outs[0].ID)
@@ -348,13 +374,15 @@ func TestDLQRedrive(t *testing.T) {
 	require.Empty(t, outs[0].RunID)
 	require.Equal(t, []int64{f.order2, f.order1}, pending())
 
-	// --all, oldest first: order-1 is redriven, then order-2 stops it.
+	// --all, oldest first: order-1 is redriven, order-2 is not and stays pending.
 	r = durable(t, f.db, "dlq", "redrive", "--all")
 	requireCode(t, exitFailure, r)
-	m := regexp.MustCompile(`^dead letter ` + id(f.order1) + ` \(workflow Order, workflow ID order-1\): redriven: continues in run (\S+)\n$`).FindStringSubmatch(r.stdout)
+	m := regexp.MustCompile(`^dead letter ` + id(f.order1) + ` \(workflow Order, workflow ID order-1\): redriven: continues in run (\S+)\n` +
+		`dead letter ` + id(f.order2) + ` \(workflow Order, workflow ID order-2\): not redriven: .*finish or terminate that run first.*\n` +
+		`redrove 1 dead letter\(s\)\n$`).FindStringSubmatch(r.stdout)
 	require.NotNil(t, m, r.stdout)
 	newRun := m[1]
-	require.Contains(t, r.stderr, "finish or terminate that run first")
+	require.Contains(t, r.stderr, "1 dead letter(s) not redriven, left pending: "+id(f.order2))
 	require.Equal(t, []int64{f.order2}, pending())
 
 	var (
@@ -376,6 +404,7 @@ func TestDLQRedrive(t *testing.T) {
 	// The redriven workflow says where it went.
 	r = durable(t, f.db, "--json", "dlq", "redrive", id(f.order1))
 	requireCode(t, exitOK, r)
+	outs = nil
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &outs), r.stdout)
 	require.Equal(t, []redriveOutput{{
 		ID: f.order1, Kind: "workflow", Type: "Order", WorkflowID: "order-1", RunID: newRun, RedrivenAt: outs[0].RedrivenAt,

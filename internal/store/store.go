@@ -19,7 +19,8 @@ import (
 var (
 	// ErrNotFound is returned when a run, task or dead letter does not exist.
 	ErrNotFound = errors.New("not found")
-	// ErrConflict is returned when an open run already has the workflow ID.
+	// ErrConflict is returned when an open run already has the workflow ID,
+	// or a pending job the idempotency key (RedriveDeadLetter).
 	ErrConflict = errors.New("conflict")
 	// ErrLeaseLost is returned when a write is made on the strength of a claim
 	// that is no longer held: the task was completed, or claimed again by
@@ -115,6 +116,7 @@ func (in CreateRunParams) Started() history.WorkflowStarted {
 		Queue:        in.Queue,
 		Input:        in.Input,
 		Attempt:      1,
+		Format:       history.FormatTasks,
 	}
 }
 
@@ -506,7 +508,10 @@ type DeadLetterFilter struct {
 	Type string
 	// Pending keeps only those not redriven yet.
 	Pending bool
-	Limit   int
+	// BeforeID keeps those with IDs below it, to page newest first: pass
+	// the last ID of one page to get the next. 0 means no bound.
+	BeforeID int64
+	Limit    int
 }
 
 // RedriveParams are the inputs of RedriveDeadLetter.
@@ -527,6 +532,11 @@ type RedriveResult struct {
 	// RunID is the run a workflow continues in.
 	RunID string
 	Ready Ready
+	// With ErrConflict, what holds the dead letter back: the task of the
+	// pending job that holds a job's idempotency key, or the open run that
+	// holds a workflow's ID.
+	PendingTaskID int64
+	OpenRunID     string
 }
 
 // RetryActivityParams are the inputs of RetryActivity.
@@ -630,8 +640,10 @@ type Store interface {
 	// is the failed run's up to its last activity failure, with that
 	// activity scheduled again (or, if no activity failed, with a workflow
 	// task). Redriving twice does nothing the second time. It returns
-	// ErrNotFound for an unknown ID and ErrConflict if the workflow ID has
-	// an open run.
+	// ErrNotFound for an unknown ID. It returns ErrConflict, doing nothing
+	// and leaving the dead letter pending, if a pending job holds the job's
+	// idempotency key (the result's PendingTaskID names its task) or the
+	// workflow ID has an open run (OpenRunID names it).
 	RedriveDeadLetter(ctx context.Context, in RedriveParams) (RedriveResult, error)
 
 	// ReleaseActivityTasks gives back, without spending an attempt, the

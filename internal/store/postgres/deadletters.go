@@ -22,6 +22,7 @@ const listDeadLettersSQL = `SELECT ` + deadLetterColumns + `
 WHERE (@kind::text = '' OR kind = @kind)
   AND (@type::text = '' OR type = @type)
   AND (NOT @pending OR redriven_at IS NULL)
+  AND (@before::bigint = 0 OR id < @before)
 ORDER BY id DESC
 LIMIT @limit`
 
@@ -37,7 +38,9 @@ func (s *Store) ListDeadLetters(ctx context.Context, f store.DeadLetterFilter) (
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	rows, err := s.db.Query(ctx, listDeadLettersSQL, namedArgs{"kind": f.Kind, "type": f.Type, "pending": f.Pending, "limit": f.Limit})
+	rows, err := s.db.Query(ctx, listDeadLettersSQL, namedArgs{
+		"kind": f.Kind, "type": f.Type, "pending": f.Pending, "before": f.BeforeID, "limit": f.Limit,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}
@@ -71,10 +74,17 @@ func getDeadLetter(ctx context.Context, db dbtx, sql string, id int64) (store.De
 const (
 	markRedrivenSQL = `UPDATE durable_dead_letters SET redriven_at = $2, redrive_run_id = $3 WHERE id = $1`
 
+	// insertActivityTaskSQL queues a redriven job (no run_id) or a redriven
+	// run's failed activity. A pending job with the same idempotency key
+	// leaves it out and returns no row; a run's activity cannot conflict
+	// (the run is new), and would fail loudly if it did.
 	insertActivityTaskSQL = `
 INSERT INTO durable_activity_tasks (run_id, seq, activity, queue, input, idempotency_key, options, max_attempts, lease_ms, run_after, created_at)
 VALUES (@run_id, @seq, @activity, @queue, @input, @key, @options, @max_attempts, @lease_ms, @run_after, @now)
-ON CONFLICT DO NOTHING`
+ON CONFLICT (idempotency_key) WHERE run_id IS NULL DO NOTHING
+RETURNING id`
+
+	pendingJobSQL = `SELECT id FROM durable_activity_tasks WHERE idempotency_key = $1 AND run_id IS NULL`
 
 	// reopenRunSQL starts the run a redriven workflow continues in. Its
 	// history is copied up to cut (exclusive); the copy counts as processed.
@@ -114,10 +124,9 @@ func (s *Store) RedriveDeadLetter(ctx context.Context, in store.RedriveParams) (
 				return err
 			}
 			t.IdempotencyKey = d.IdempotencyKey
-			if err := insertActivityTask(ctx, tx, "", t, in.Now); err != nil {
+			if err := redriveJob(ctx, tx, t, in.Now, &res); err != nil {
 				return err
 			}
-			res.Ready.ActivityQueues = []string{t.Queue}
 		case store.DeadWorkflow:
 			if err := s.reopenRun(ctx, tx, d, in, &res); err != nil {
 				return err
@@ -132,9 +141,44 @@ func (s *Store) RedriveDeadLetter(ctx context.Context, in store.RedriveParams) (
 		return nil
 	})
 	if err != nil {
-		return store.RedriveResult{}, fmt.Errorf("redrive dead letter %d: %w", in.ID, err)
+		// A conflict says what holds the dead letter back; nothing else
+		// of res happened.
+		return store.RedriveResult{PendingTaskID: res.PendingTaskID, OpenRunID: res.OpenRunID},
+			fmt.Errorf("redrive dead letter %d: %w", in.ID, err)
 	}
 	return res, nil
+}
+
+// redriveJob queues a dead job's task t again, unless a pending job holds
+// its idempotency key: then it returns ErrConflict, naming that job's task
+// in res.PendingTaskID.
+func redriveJob(ctx context.Context, tx pgx.Tx, t store.NewActivityTask, now time.Time, res *store.RedriveResult) error {
+	// The pending job may finish between the insert and the read that
+	// names it, freeing the key: then the insert is tried again. Three
+	// tries leave room for that twice; a third is a job being enqueued and
+	// finished as fast as it can, and the conflict is reported.
+	for range 3 {
+		queued, err := insertActivityTask(ctx, tx, "", t, now)
+		if err != nil {
+			return err
+		}
+		if queued {
+			res.Ready.ActivityQueues = []string{t.Queue}
+			return nil
+		}
+		err = tx.QueryRow(ctx, pendingJobSQL, t.IdempotencyKey).Scan(&res.PendingTaskID)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("find the pending job with key %q: %w", t.IdempotencyKey, err)
+		}
+	}
+	task := "" // the pending job may have finished before it could be named
+	if res.PendingTaskID != 0 {
+		task = fmt.Sprintf(" (task %d)", res.PendingTaskID)
+	}
+	return fmt.Errorf("job with idempotency key %q is already pending%s: %w", t.IdempotencyKey, task, store.ErrConflict)
 }
 
 // reopenRun continues a failed run in a new one: its history up to the last
@@ -169,7 +213,17 @@ scan:
 		return translate(err)
 	}
 	if n == 0 {
-		return fmt.Errorf("workflow %q has an open run: %w", d.WorkflowID, store.ErrConflict)
+		// The open run may close before this read: then none is named,
+		// and redriving again succeeds.
+		var parent string
+		if err := tx.QueryRow(ctx, openRunSQL, d.WorkflowID).Scan(&res.OpenRunID, &parent); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("find the open run of workflow %q: %w", d.WorkflowID, err)
+		}
+		open := "an open run"
+		if res.OpenRunID != "" {
+			open += " " + res.OpenRunID
+		}
+		return fmt.Errorf("workflow %q has %s: %w", d.WorkflowID, open, store.ErrConflict)
 	}
 	res.RunID = in.NewRunID
 	if failed == nil {
@@ -184,19 +238,26 @@ scan:
 				return err
 			}
 			res.Ready.ActivityQueues = []string{t.Queue}
-			return insertActivityTask(ctx, tx, in.NewRunID, t, in.Now)
+			_, err = insertActivityTask(ctx, tx, in.NewRunID, t, in.Now)
+			return err
 		}
 	}
 	return fmt.Errorf("run %s: no ActivityScheduled for the failed activity (seq %d)", d.RunID, failed.Seq)
 }
 
-func insertActivityTask(ctx context.Context, tx pgx.Tx, runID string, t store.NewActivityTask, now time.Time) error {
-	_, err := tx.Exec(ctx, insertActivityTaskSQL, namedArgs{
+// insertActivityTask queues t and reports whether it did: a job is left out
+// while a pending job holds its idempotency key.
+func insertActivityTask(ctx context.Context, tx pgx.Tx, runID string, t store.NewActivityTask, now time.Time) (bool, error) {
+	var id int64
+	err := tx.QueryRow(ctx, insertActivityTaskSQL, namedArgs{
 		"run_id": nilIfEmpty(runID), "seq": t.Seq, "activity": t.Activity, "queue": t.Queue, "input": jsonArg(t.Input),
 		"key": t.IdempotencyKey, "options": jsonArg(t.Options), "max_attempts": t.MaxAttempts,
 		"lease_ms": t.Lease.Milliseconds(), "run_after": t.RunAfter, "now": now,
-	})
-	return err
+	}).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 func nilIfEmpty(s string) any {

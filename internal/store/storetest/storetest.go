@@ -96,6 +96,11 @@ var cases = []struct {
 	{"FusedCloseRefusedWhileOtherActivitiesPend", testFusedCloseRefusedWhileOtherActivitiesPend},
 	{"FusedCommitRejectsOtherShapes", testFusedCommitRejectsOtherShapes},
 	{"FusedStepStartsTimers", testFusedStepStartsTimers},
+
+	// deadletters.go
+	{"RedriveJobHeldByPendingJobIsRefused", testRedriveJobHeldByPendingJobIsRefused},
+	{"RedriveWorkflowHeldByOpenRunIsRefused", testRedriveWorkflowHeldByOpenRunIsRefused},
+	{"ListDeadLettersBeforeIDPages", testListDeadLettersBeforeIDPages},
 }
 
 // The fixtures' defaults.
