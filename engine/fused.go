@@ -121,8 +121,11 @@ func (e *Engine) resolveThenCommit(ctx context.Context, f *fusedOutcome, x wfexe
 		x.Close()
 		return &wt
 	}
-	x.ReleaseLogs(true)                                      // the outcome is recorded and the task is ours
-	e.commitTask(ctx, wt, x, cmds, attrs, span, before, nil) // not fused: no next activity
+	x.ReleaseLogs(true) // the outcome is recorded and the task is ours
+	if _, err := e.commitTask(ctx, wt, x, cmds, attrs, span, before, nil); errors.Is(err, store.ErrRunMoved) {
+		wt.Events = nil // events reached the run meanwhile: the task runs again from history
+		return &wt
+	}
 	return nil
 }
 

@@ -88,7 +88,7 @@ func newMetrics() *metrics {
 			Name: "durable_large_histories_total", Help: "Runs whose history passed Options.HistoryWarnEvents, per workflow type.",
 		}, []string{"workflow"}),
 		staleWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "durable_stale_writes_rejected_total", Help: "Writes refused because the claim they held was superseded (expired lease, newer attempt), per write: workflow_commit, workflow_fail, activity_outcome, heartbeat.",
+			Name: "durable_stale_writes_rejected_total", Help: "Writes refused because the claim they held was superseded (expired lease, newer attempt), per write: workflow_commit, workflow_fail, activity_outcome, heartbeat; workflow_decision: a workflow task's commit refused because events reached the run while it ran (the task runs again with them).",
 		}, []string{"write"}),
 		runAhead: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "durable_activity_run_ahead_total", Help: "Activities started before the workflow task that scheduled them committed (Options.ActivityRunAhead), per result: merged (the outcome committed with the schedule), recorded (the schedule committed first, the outcome after), dropped (the schedule did not commit; the activity runs again).",

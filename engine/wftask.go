@@ -109,6 +109,33 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 		e.failWorkflowTask(ctx, t, attrs, fmt.Errorf("workflow type %q is %w on worker %s: register it, or run it on a queue whose workers have it", t.WorkflowType, errUnregistered, e.opts.WorkerID))
 		return
 	}
+	for rerun := 0; ; rerun++ {
+		err := e.runWorkflowTask(ctx, t, def, attrs, span)
+		if !errors.Is(err, store.ErrRunMoved) {
+			spanErr = err
+			return
+		}
+		// Events reached the run while the task ran: the task runs again,
+		// from history, with them, on the same claim.
+		if rerun == maxTaskReruns {
+			e.log.LogAttrs(ctx, slog.LevelWarn, "events keep reaching the run while its workflow task runs; the task runs again when its lease ends",
+				append(attrs, slog.Int("reruns", rerun))...)
+			return
+		}
+		t.Events = nil
+	}
+}
+
+// maxTaskReruns bounds how often one claim of a workflow task runs again
+// because events reached its run while it ran.
+const maxTaskReruns = 8
+
+// runWorkflowTask is processWorkflowTask's one try at task t: it brings the
+// run's executor up to date with history and commits the commands the code
+// produced. It returns store.ErrRunMoved, having committed nothing and
+// closed the executor, if events reached the run meanwhile; other errors
+// are reported here and returned for the task's span.
+func (e *Engine) runWorkflowTask(ctx context.Context, t store.WorkflowTask, def *workflowDef, attrs []slog.Attr, span trace.Span) error {
 	x, _ := e.cache.take(t.RunID)
 	cached := x != nil
 	span.SetAttributes(attribute.Bool("durable.cache_hit", cached))
@@ -140,19 +167,19 @@ func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) 
 	}
 	if err != nil {
 		x.Close()
-		spanErr = err
 		if transient(err) {
 			// Not the run's fault: the task returns when its lease ends,
 			// without counting as a failure.
 			e.log.LogAttrs(ctx, slog.LevelWarn, "read history failed; the task returns when its lease ends",
 				append(attrs, slog.String("error", err.Error()))...)
-			return
+			return err
 		}
 		e.failWorkflowTask(ctx, t, attrs, err)
-		return
+		return err
 	}
 
-	e.commitTask(ctx, t, x, x.TakeCommands(), attrs, span, before, nil) // no fused step, no next activity
+	_, err = e.commitTask(ctx, t, x, x.TakeCommands(), attrs, span, before, nil) // no fused step, no next activity
+	return err
 }
 
 // errNotFusable is commitTask's answer to a fused step whose commands the
@@ -176,6 +203,12 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 	}
 	commit, err := e.commitParams(t, x.LastEventID(), cmds, now)
 	commit.CloseChildren = commit.Close != nil && x.HasChildren()
+	if fused == nil {
+		// A decision is only as new as the history it saw: if anything
+		// reached the run since (a signal, a cancel request, an outcome),
+		// the commit is refused and the task runs again with it.
+		commit.NextEventID = x.LastEventID() + 1
+	}
 	if err != nil {
 		x.Close()
 		if fused != nil { // the plain path replays the task and fails it
@@ -282,6 +315,10 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 			return nil, store.ErrRunMoved
 		case fused != nil:
 			e.logLostWrite(ctx, "record activity outcome with the next workflow task", fused.attrs, err)
+		case errors.Is(err, store.ErrRunMoved):
+			e.metrics.staleWrites.WithLabelValues("workflow_decision").Inc()
+			e.log.LogAttrs(ctx, slog.LevelDebug, "events reached the run while its workflow task ran; the task runs again with them", attrs...)
+			return nil, err
 		case errors.Is(err, store.ErrLeaseLost):
 			e.metrics.staleWrites.WithLabelValues("workflow_commit").Inc()
 			e.log.LogAttrs(ctx, slog.LevelWarn, "workflow task lease lost; its commit was refused", attrs...)

@@ -38,6 +38,7 @@ func init() {
 	register[ChildWorkflowScheduled]()
 	register[ChildWorkflowCompleted]()
 	register[ChildWorkflowFailed]()
+	register[WorkflowTaskCompleted]()
 }
 
 func register[T Attributes]() {

@@ -56,7 +56,22 @@ type WorkflowStarted struct {
 	Input        json.RawMessage `json:"input"`
 	// Attempt is 1, or more for a run redriven after it failed.
 	Attempt int `json:"attempt,omitempty"`
+	// Format is the set of rules the run's history is recorded under (see
+	// FormatTasks); 0 for runs started before those rules existed.
+	Format int `json:"format,omitempty"`
 }
+
+// FormatTasks is the history format of runs started since 2026-12-03.
+// The events that reach one workflow task together (the events between
+// two of the task's commands) are delivered to the code together, before
+// it runs, live and in replay alike; so a signal recorded with the start
+// is in its channel when the code first looks. A workflow task commits
+// only on the history it saw, and one that made no command records
+// WorkflowTaskCompleted, so that replay knows where each task began.
+//
+// Under format 0 each event reached the code alone, in order; runs of
+// that format keep those rules to their end.
+const FormatTasks = 1
 
 // WorkflowCompleted is written when the workflow function returns a result.
 type WorkflowCompleted struct {
@@ -151,6 +166,12 @@ type VersionMarker struct {
 	Version  int    `json:"version"`
 }
 
+// WorkflowTaskCompleted marks the end of a workflow task that made no
+// command (it only waited on): events after it reached the code in a later
+// task. Histories of format FormatTasks record it; replay matches it with
+// nothing.
+type WorkflowTaskCompleted struct{}
+
 // WorkflowContinuedAsNew closes the run and starts a new run of the same
 // workflow ID with Input.
 type WorkflowContinuedAsNew struct {
@@ -217,6 +238,9 @@ func (WorkflowTerminated) sealed()                {}
 func (ActivityCanceled) sealed()                  {}
 func (VersionMarker) sealed()                     {}
 func (WorkflowContinuedAsNew) sealed()            {}
+func (WorkflowTaskCompleted) EventType() string   { return "workflow_task_completed" }
+func (WorkflowTaskCompleted) IsCommand() bool     { return true }
+func (WorkflowTaskCompleted) sealed()             {}
 func (WorkflowCompleted) EventType() string       { return "workflow_completed" }
 func (WorkflowFailed) EventType() string          { return "workflow_failed" }
 func (ActivityScheduled) EventType() string       { return "activity_scheduled" }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"runtime"
 	"slices"
 	"strings"
@@ -35,12 +36,20 @@ type executor struct {
 	canceled map[int64]bool               // timers canceled by the code; a late TimerFired is ignored
 	signals  map[string][]json.RawMessage // received signals not yet taken, by name
 	versions map[string]int               // versions found in history, by change ID
+	asked    map[string]bool              // change IDs the code has called GetVersion for
 	queries  map[string]func() (json.RawMessage, error)
 
 	cancelRequested bool
 	cancelReason    string
 	terminated      bool // history ends in WorkflowTerminated
 	children        bool // the run started child workflows
+
+	// batched is set for histories of format history.FormatTasks: the
+	// events between two commands reach the code together (see Apply).
+	batched bool
+	// due is set when events were delivered that the code has not run
+	// after; delivered, when events were delivered since TakeCommands.
+	due, delivered bool
 
 	now          time.Time
 	current      int64 // the event being applied, for traces
@@ -73,7 +82,7 @@ func newExecutor(o wfexec.Options) *executor {
 		panic(fmt.Sprintf("wfexec: Func has type %T", o.Func))
 	}
 	x := &executor{opts: o, fn: fn, futures: map[int64]*future{}, recorded: map[int64]json.RawMessage{}, canceled: map[int64]bool{},
-		signals: map[string][]json.RawMessage{}, versions: map[string]int{},
+		signals: map[string][]json.RawMessage{}, versions: map[string]int{}, asked: map[string]bool{},
 		queries: map[string]func() (json.RawMessage, error){}}
 	base := o.Logger
 	if base == nil {
@@ -135,6 +144,14 @@ func (x *executor) TakeCommands() []history.Attributes {
 			out = append(out, c.attrs)
 		}
 	}
+	if len(out) == 0 && x.delivered && x.batched {
+		// The task ends here: events that come later reach the code in
+		// another task, and replay must not deliver them with these.
+		c := &command{attrs: history.WorkflowTaskCompleted{}, sent: true}
+		x.pending = append(x.pending, c)
+		out = append(out, c.attrs)
+	}
+	x.delivered = false
 	return out
 }
 
@@ -145,10 +162,14 @@ func (x *executor) Apply(events []history.Event, replayedUpTo int64) error {
 		case history.SideEffectRecorded:
 			x.recorded[r.Seq] = r.Value
 		case history.VersionMarker:
-			x.versions[r.ChangeID] = r.Version
+			// The first marker of a change is its answer. Engines before
+			// 2026-12-03 recorded one at every call (see GetVersion).
+			if _, ok := x.versions[r.ChangeID]; !ok {
+				x.versions[r.ChangeID] = r.Version
+			}
 		}
 	}
-	for _, ev := range events {
+	for i, ev := range events {
 		if ev.ID != x.lastEventID+1 {
 			return fmt.Errorf("run %s: history skips from event %d to %d", x.opts.RunID, x.lastEventID, ev.ID)
 		}
@@ -156,6 +177,15 @@ func (x *executor) Apply(events []history.Event, replayedUpTo int64) error {
 			return err
 		}
 		x.lastEventID = ev.ID
+		// The code runs once the events that reached its task together
+		// are delivered: up to the next command, or the end of what the
+		// task got. Under format 0, after each event.
+		if x.due && (!x.batched || i+1 == len(events) || events[i+1].Attributes.IsCommand()) {
+			x.due = false
+			if err := x.d.run(); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -167,6 +197,7 @@ func (x *executor) apply(ev history.Event) error {
 	x.replaying = ev.ID <= x.replayedUpTo
 	x.current = ev.ID
 	if ev.Attributes.IsCommand() {
+		x.delivered = false // what came before reached a task that recorded this
 		return x.match(ev)
 	}
 	if t := x.opts.Trace; t != nil {
@@ -180,6 +211,7 @@ func (x *executor) apply(ev history.Event) error {
 		}
 		input := a.Input
 		x.startedAt = ev.Time
+		x.batched = a.Format >= history.FormatTasks
 		x.d.spawn("main", func() { x.runMain(input) })
 	case history.ActivityCompleted:
 		if x.canceled[a.Seq] { // finished before the cancellation committed
@@ -241,7 +273,8 @@ func (x *executor) apply(ev history.Event) error {
 	default:
 		return fmt.Errorf("run %s: event %d: %s is not handled by this version of durable", x.opts.RunID, ev.ID, ev.Type())
 	}
-	return x.d.run()
+	x.due, x.delivered = true, true
+	return nil
 }
 
 // cancelOpenFutures gives up on every open activity and timer that was not
@@ -310,6 +343,17 @@ func (x *executor) match(ev history.Event) error {
 	if skippable(ev.Attributes, x.pending) {
 		return nil
 	}
+	if _, ok := ev.Attributes.(history.WorkflowTaskCompleted); ok {
+		// A task that made no command: the code must make none here either.
+		if len(x.pending) == 0 {
+			return nil
+		}
+		if _, own := x.pending[0].attrs.(history.WorkflowTaskCompleted); !own {
+			err := x.nondeterminism(ev, describe(x.pending[0].attrs))
+			err.Pos = x.pending[0].at.position()
+			return err
+		}
+	}
 	if len(x.pending) == 0 {
 		return x.nondeterminism(ev, "nothing")
 	}
@@ -329,6 +373,15 @@ func (x *executor) match(ev history.Event) error {
 	x.pending[0] = nil
 	x.pending = x.pending[1:]
 	return nil
+}
+
+// clip shortens s for an error message.
+func clip(s string) string {
+	const max = 200
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
 }
 
 // compact returns raw JSON on one line.
@@ -450,8 +503,76 @@ func sameCommand(got, recorded history.Attributes) bool {
 	case history.ChildWorkflowScheduled:
 		r := recorded.(history.ChildWorkflowScheduled)
 		return g.Seq == r.Seq && g.WorkflowType == r.WorkflowType
+	// How the run ended is compared too: a replay whose code ignored
+	// recorded events may still make the same commands.
+	case history.WorkflowCompleted:
+		return sameJSON(g.Result, recorded.(history.WorkflowCompleted).Result)
+	case history.WorkflowFailed:
+		return g.Failure.Message == recorded.(history.WorkflowFailed).Failure.Message
+	case history.WorkflowContinuedAsNew:
+		return sameJSON(g.Input, recorded.(history.WorkflowContinuedAsNew).Input)
 	}
 	return true
+}
+
+// sameJSON reports whether two JSON values are equal as values: the
+// database keeps payloads as jsonb, which orders keys and spaces its own
+// way.
+func sameJSON(a, b json.RawMessage) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	va, erra := decodeJSONValue(a)
+	vb, errb := decodeJSONValue(b)
+	return erra == nil && errb == nil && equalJSONValues(va, vb)
+}
+
+func decodeJSONValue(raw json.RawMessage) (any, error) {
+	if len(raw) == 0 {
+		raw = json.RawMessage("null")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	err := dec.Decode(&v)
+	return v, err
+}
+
+func equalJSONValues(a, b any) bool {
+	switch a := a.(type) {
+	case json.Number:
+		b, ok := b.(json.Number)
+		if !ok {
+			return false
+		}
+		ra, oka := new(big.Rat).SetString(a.String())
+		rb, okb := new(big.Rat).SetString(b.String())
+		return oka && okb && ra.Cmp(rb) == 0
+	case []any:
+		b, ok := b.([]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if !equalJSONValues(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for k, va := range a {
+			vb, ok := b[k]
+			if !ok || !equalJSONValues(va, vb) {
+				return false
+			}
+		}
+		return true
+	}
+	return a == b
 }
 
 // describe names a command for error messages.
@@ -472,9 +593,13 @@ func describe(a history.Attributes) string {
 	case history.ChildWorkflowScheduled:
 		return fmt.Sprintf("ChildWorkflowScheduled(%s, seq %d)", a.WorkflowType, a.Seq)
 	case history.WorkflowCompleted:
-		return "WorkflowCompleted"
+		return "WorkflowCompleted(result " + clip(compact(a.Result)) + ")"
 	case history.WorkflowFailed:
-		return "WorkflowFailed"
+		return fmt.Sprintf("WorkflowFailed(%q)", clip(a.Failure.Message))
+	case history.WorkflowContinuedAsNew:
+		return "WorkflowContinuedAsNew(input " + clip(compact(a.Input)) + ")"
+	case history.WorkflowTaskCompleted:
+		return "a workflow task that made no command"
 	}
 	return a.EventType()
 }

@@ -25,29 +25,41 @@ const DefaultVersion = -1
 // history and gets it back on every replay. A run whose history passed this
 // point before the call existed gets DefaultVersion, and nothing is recorded.
 // A recorded version outside [minSupported, maxSupported] fails the workflow
-// task (the run waits for code that supports it). See docs/versioning.md.
+// task (the run waits for code that supports it).
+//
+// Only a run's first call for a change ID decides; later calls (in a loop,
+// or elsewhere in the code) return the same answer and record nothing, so a
+// run that passed a loop's first iterations on old code keeps
+// DefaultVersion in the later ones. See docs/versioning.md.
 func GetVersion(ctx Context, changeID string, minSupported, maxSupported int) int {
 	x := ctx.exec()
-	if v, ok := x.versions[changeID]; ok {
-		if v < minSupported || v > maxSupported {
-			panic(fmt.Sprintf("workflow: run %s recorded version %d of change %q, but this code supports %d to %d",
-				x.opts.RunID, v, changeID, minSupported, maxSupported))
-		}
+	v, known := x.versions[changeID]
+	switch {
+	case x.asked[changeID]:
+		// Decided by an earlier call: nothing to record.
+	case known && v == DefaultVersion:
+		// Recorded by engines before 2026-12-03 at a later call of a run
+		// that passed the first before the change existed. The default is
+		// never recorded now; match skips such a marker.
+	case known:
 		x.command(history.VersionMarker{ChangeID: changeID, Version: v})
-		return v
-	}
-	if x.replaying {
+	case x.replaying:
 		// History passed this point before the change existed.
-		if DefaultVersion < minSupported {
-			panic(fmt.Sprintf("workflow: run %s passed change %q before it existed (DefaultVersion), but this code supports %d to %d",
-				x.opts.RunID, changeID, minSupported, maxSupported))
-		}
-		x.versions[changeID] = DefaultVersion
-		return DefaultVersion
+		v = DefaultVersion
+	default:
+		v = maxSupported
+		x.command(history.VersionMarker{ChangeID: changeID, Version: v})
 	}
-	x.versions[changeID] = maxSupported
-	x.command(history.VersionMarker{ChangeID: changeID, Version: maxSupported})
-	return maxSupported
+	x.asked[changeID] = true
+	x.versions[changeID] = v
+	if v < minSupported || v > maxSupported {
+		what := fmt.Sprintf("recorded version %d of change %q", v, changeID)
+		if v == DefaultVersion {
+			what = fmt.Sprintf("passed change %q before it existed (DefaultVersion)", changeID)
+		}
+		panic(fmt.Sprintf("workflow: run %s %s, but this code supports %d to %d", x.opts.RunID, what, minSupported, maxSupported))
+	}
+	return v
 }
 
 // ContinueAsNewError, returned by a workflow function, closes the run and

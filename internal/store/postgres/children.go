@@ -92,6 +92,7 @@ func (s *Store) familyEffects(ctx context.Context, in store.CommitWorkflowTaskPa
 	for _, c := range in.Children {
 		started, err := json.Marshal(history.WorkflowStarted{
 			WorkflowType: c.WorkflowType, WorkflowID: c.WorkflowID, Queue: c.Queue, Input: c.Input, Attempt: 1,
+			Format: history.FormatTasks,
 		})
 		if err != nil {
 			return err

@@ -234,7 +234,7 @@ const commitWorkflowTaskSQL = commitLockCTE + `, acts_locked AS (
 ), next_ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
     SELECT run_id, 1, 'workflow_started', jsonb_build_object('workflow_type', workflow_type, 'workflow_id', workflow_id,
-        'queue', queue, 'input', @next_input::jsonb, 'attempt', 1), @now
+        'queue', queue, 'input', @next_input::jsonb, 'attempt', 1, 'format', 1), @now -- history.FormatTasks
     FROM next_run
 ), next_task AS (
     INSERT INTO durable_workflow_tasks (run_id, queue, run_after)
@@ -269,16 +269,17 @@ const commitStepSQL = commitLockCTE + `, run AS (
         updated_at = @now
     FROM lock
     WHERE r.run_id = @run_id AND r.run_id = lock.run_id AND ` + runOpen + `
+      AND (@expect_next::bigint = 0 OR r.next_event_id = @expect_next)
     RETURNING r.run_id, r.queue, r.next_event_id - cardinality(@types::text[]) AS first_id
 ` + commitEventsCTE + `` + commitActivitiesCTE + `), del AS (
     DELETE FROM durable_workflow_tasks t USING run
-    WHERE t.run_id = run.run_id AND run.first_id = @processed + 1
+    WHERE t.run_id = run.run_id AND (run.first_id = @processed + 1 OR @expect_next::bigint <> 0)
 ), rel AS (
     UPDATE durable_workflow_tasks t
     SET locked_by = NULL, locked_until = NULL, run_after = @now, attempts = 0, last_error = NULL,
         token = nextval('durable_task_token')
     FROM run
-    WHERE t.run_id = run.run_id AND run.first_id <> @processed + 1
+    WHERE t.run_id = run.run_id AND run.first_id <> @processed + 1 AND @expect_next::bigint = 0
     RETURNING t.queue
 )
 SELECT (SELECT count(*) FROM run), (SELECT first_id FROM run),
@@ -329,8 +330,9 @@ func putCommitArgs(a namedArgs) {
 var commitStepMany = &manyStmt{
 	sql: `
 WITH inp AS (
-    SELECT * FROM unnest(@run_id::uuid[], @token::bigint[], @processed::bigint[], @now::timestamptz[], @n_events::int[])
-        WITH ORDINALITY AS i(run_id, token, processed, now, n, ix)
+    SELECT * FROM unnest(@run_id::uuid[], @token::bigint[], @processed::bigint[], @now::timestamptz[], @n_events::int[],
+        @expect_next::bigint[])
+        WITH ORDINALITY AS i(run_id, token, processed, now, n, expect_next, ix)
 ), lock AS (
     SELECT i.ix, t.run_id FROM (SELECT * FROM inp ORDER BY ix) i
     CROSS JOIN LATERAL (
@@ -342,16 +344,19 @@ WITH inp AS (
     SET next_event_id = r.next_event_id + i.n, processed_event_id = i.processed, updated_at = i.now
     FROM lock JOIN inp i ON i.ix = lock.ix
     WHERE r.run_id = lock.run_id AND ` + runOpen + ` AND r.run_id = ANY(@run_id::uuid[])
-    RETURNING i.ix, r.run_id, r.queue, r.next_event_id - i.n AS first_id, i.now, i.processed
+      AND (i.expect_next = 0 OR r.next_event_id = i.expect_next)
+    RETURNING i.ix, r.run_id, r.queue, r.next_event_id - i.n AS first_id, i.now, i.processed, i.expect_next
 ` + manyEventsCTE + manyActivitiesCTE + `), del AS (
     DELETE FROM durable_workflow_tasks t USING run
-    WHERE t.run_id = run.run_id AND run.first_id = run.processed + 1 AND t.run_id = ANY(@run_id::uuid[])
+    WHERE t.run_id = run.run_id AND (run.first_id = run.processed + 1 OR run.expect_next <> 0)
+      AND t.run_id = ANY(@run_id::uuid[])
 ), rel AS (
     UPDATE durable_workflow_tasks t
     SET locked_by = NULL, locked_until = NULL, run_after = run.now, attempts = 0, last_error = NULL,
         token = nextval('durable_task_token')
     FROM run
-    WHERE t.run_id = run.run_id AND run.first_id <> run.processed + 1 AND t.run_id = ANY(@run_id::uuid[])
+    WHERE t.run_id = run.run_id AND run.first_id <> run.processed + 1 AND run.expect_next = 0
+      AND t.run_id = ANY(@run_id::uuid[])
     RETURNING t.run_id, t.queue
 )
 SELECT i.ix, (SELECT count(*) FROM run WHERE run.ix = i.ix), (SELECT first_id FROM run WHERE run.ix = i.ix),` +
@@ -359,7 +364,7 @@ SELECT i.ix, (SELECT count(*) FROM run WHERE run.ix = i.ix), (SELECT first_id FR
     (SELECT queue FROM rel WHERE rel.run_id = i.run_id),
     NULL::timestamptz, ''::text
 FROM inp i ORDER BY i.ix`,
-	scalars: []string{"run_id", "token", "processed", "now"},
+	scalars: []string{"run_id", "token", "processed", "now", "expect_next"},
 	lists:   manyCommandLists,
 }
 
@@ -434,7 +439,7 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 		})
 	} else {
 		sql, many := commitWorkflowTaskSQL, (*manyStmt)(nil)
-		if in.IsStep() && in.NextEventID == 0 {
+		if in.IsStep() {
 			sql, many = commitStepSQL, commitStepMany
 		}
 		err = s.queryRowMany(ctx, in.RunID, sql, many, args, scan)
