@@ -120,3 +120,42 @@ func TestChildWithATakenIDFails(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "already_running", got)
 }
+
+// WaitsForChild waits in the Get of a sleeping child whose policy is in its
+// input.
+func (c *cleanup) WaitsForChild(ctx workflow.Context, policy string) (string, error) {
+	return workflow.ExecuteChildWorkflow(ctx, c.Hold, "sku-wait-"+policy, workflow.ChildOptions{
+		ID: "waited-" + policy, ParentClosePolicy: workflow.ParentClosePolicy(policy),
+	}).Get(ctx)
+}
+
+// TestCancelReachesAParentWaitingForItsChild checks that a parent waiting
+// in a child's Future.Get learns of its cancellation (Get returns a
+// canceled error), closes as canceled, and its child follows its policy.
+func TestCancelReachesAParentWaitingForItsChild(t *testing.T) {
+	t.Parallel()
+	env := durabletest.New(t, durabletest.Options{ManualClock: true})
+	c := &cleanup{}
+	require.NoError(t, engine.RegisterWorkflow(env.Engine, c.Hold, engine.WorkflowOptions{Name: "Hold"}))
+	require.NoError(t, engine.RegisterWorkflow(env.Engine, c.WaitsForChild, engine.WorkflowOptions{Name: "WaitsForChild"}))
+	require.NoError(t, engine.RegisterActivity(env.Engine, c.Release, activity.Options{Name: "Release"}))
+	env.Run()
+	ctx := resultCtx(t)
+	r, err := engine.Start(ctx, env.Engine, c.WaitsForChild, "cancel", engine.StartOptions{ID: "waiting-parent"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := env.Engine.Describe(ctx, "waited-cancel")
+		return err == nil && len(info.PendingTimers) == 1
+	}, 10*time.Second, 5*time.Millisecond, "the child sleeps")
+	require.NoError(t, env.Engine.Cancel(ctx, "waiting-parent", "stop"))
+	_, err = r.Result(ctx)
+	var we *engine.WorkflowError
+	require.ErrorAs(t, err, &we)
+	info, err := r.Describe(ctx)
+	require.NoError(t, err)
+	require.Equal(t, engine.StatusCanceled, info.Status, "Get returned a canceled error and the parent closed canceled")
+	require.Eventually(t, func() bool {
+		info, err := env.Engine.Describe(ctx, "waited-cancel")
+		return err == nil && info.Status == engine.StatusCanceled
+	}, 10*time.Second, 5*time.Millisecond, "the child's cancel policy applied")
+}

@@ -9,7 +9,9 @@ import (
 // as an activity or a timer.
 type Future[T any] interface {
 	// Get blocks the calling coroutine until the result is there and returns
-	// it. It may be called more than once.
+	// it. It may be called more than once. Waiting for a child workflow, it
+	// returns ErrCanceled if the run is canceled meanwhile (unless ctx is
+	// disconnected); the child's parent-close policy says what happens to it.
 	Get(ctx Context) (T, error)
 	// IsReady reports whether Get would return without blocking.
 	IsReady() bool
@@ -38,7 +40,14 @@ func (t typedFuture[T]) IsReady() bool { return t.f.ready }
 func (t typedFuture[T]) Get(ctx Context) (T, error) {
 	var v T
 	if !t.f.ready {
-		ctx.exec().d.await(func() bool { return t.f.ready })
+		// A child's future is not canceled with the run (its parent-close
+		// policy decides what the child does), but a parent waiting for
+		// it on a context that is canceled stops waiting.
+		canceled := func() bool { return t.f.child != "" && IsCanceled(ctx) }
+		ctx.exec().d.await(func() bool { return t.f.ready || canceled() })
+		if !t.f.ready {
+			return v, ErrCanceled
+		}
 	}
 	if t.f.err != nil {
 		return v, t.f.err
