@@ -1,5 +1,7 @@
 package workflow
 
+import "time"
+
 // Go starts fn in a new workflow coroutine. Coroutines take turns: exactly
 // one runs at a time, in a deterministic order, so they need no locks. Use it
 // instead of the go statement.
@@ -11,13 +13,51 @@ func Go(ctx Context, fn func(ctx Context)) {
 
 // Await blocks the calling coroutine until cond returns true. cond is
 // re-evaluated whenever another coroutine has run or an event arrived; it
-// must only read workflow state.
-func Await(ctx Context, cond func() bool) {
+// must only read workflow state. It returns ErrCanceled if the run is
+// canceled before cond holds (unless ctx is disconnected), and nil once
+// cond holds.
+func Await(ctx Context, cond func() bool) error {
 	x := ctx.exec()
 	if cond() {
-		return
+		return nil
 	}
-	x.d.await(cond)
+	x.d.await(func() bool { return cond() || IsCanceled(ctx) })
+	if !cond() {
+		return ErrCanceled
+	}
+	return nil
+}
+
+// AwaitWithTimeout is Await with a durable deadline: it reports whether
+// cond held before d passed (by the workflow's clock). The deadline is a
+// timer, recorded in history and canceled when cond holds first. It
+// returns ErrCanceled if the run is canceled first (unless ctx is
+// disconnected).
+//
+//	ok, err := workflow.AwaitWithTimeout(ctx, 24*time.Hour, func() bool { return approved })
+//	if err != nil {
+//		return err // canceled
+//	}
+//	if !ok {
+//		// a day passed without approval
+//	}
+func AwaitWithTimeout(ctx Context, d time.Duration, cond func() bool) (bool, error) {
+	if cond() {
+		return true, nil
+	}
+	deadline := NewTimer(ctx, d)
+	err := Await(ctx, func() bool { return cond() || deadline.IsReady() })
+	if cond() {
+		deadline.Cancel()
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if _, err := deadline.Get(ctx); err != nil {
+		return false, err // the timer was canceled with the run
+	}
+	return false, nil
 }
 
 // Channel passes values between workflow coroutines. Use it instead of a Go

@@ -68,7 +68,8 @@
 // ([NewChannel], [NewBufferedChannel]) between coroutines, a [Selector] to
 // wait for the first of several futures or channels (its cases are checked in
 // the order they were added), and [Await] to wait until a condition on
-// workflow state holds.
+// workflow state holds ([AwaitWithTimeout] with a durable deadline). Both
+// return ErrCanceled when the run is canceled while they wait.
 //
 // # Randomness and IDs: use SideEffect
 //

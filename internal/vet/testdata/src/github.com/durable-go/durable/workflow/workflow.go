@@ -34,7 +34,7 @@ func (t *Timer) IsReady() bool                     { return false }
 func (t *Timer) Get(ctx Context) (struct{}, error) { return struct{}{}, nil }
 func (t *Timer) Cancel()                           {}
 func Go(ctx Context, fn func(ctx Context))         {}
-func Await(ctx Context, cond func() bool)          {}
+func Await(ctx Context, cond func() bool) error    { return nil }
 
 type Channel[T any] struct{}
 
