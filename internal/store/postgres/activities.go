@@ -163,7 +163,8 @@ WITH task AS (
 // ResolveActivity implements store.Store.
 func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) (store.Ready, error) {
 	var ready store.Ready
-	attrs, err := history.Encode(in.Event)
+	in.Event = escapeEvent(in.Event) // as it is stored, for the hand-off too
+	attrs, err := encodeEvent(in.Event)
 	if err != nil {
 		return ready, fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)
 	}
@@ -189,7 +190,7 @@ func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityPar
 	err = s.writeRow(ctx, in.RunID, sql, args, scanInto(&deleted, &queue, &claimed, &wt.Token, &wt.RunID, &wt.WorkflowID,
 		&wt.WorkflowType, &wt.ProcessedEventID, &eventID, &wt.TraceContext, &wt.ParentRunID))
 	if err != nil {
-		return ready, fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)
+		return ready, fmt.Errorf("resolve activity task %d: %w", in.TaskID, translate(err))
 	}
 	if deleted == 0 {
 		return ready, store.ErrLeaseLost
@@ -216,11 +217,11 @@ WHERE id = @id AND attempt = @attempt`
 // RetryActivity implements store.Store.
 func (s *Store) RetryActivity(ctx context.Context, in store.RetryActivityParams) error {
 	tag, err := s.exec(ctx, retryActivitySQL, namedArgs{
-		"id": in.TaskID, "attempt": in.Attempt, "run_after": in.RunAfter, "error": in.Error, "now": in.Now,
-		"rate_limited": in.RateLimited, "class": in.ErrorClass,
+		"id": in.TaskID, "attempt": in.Attempt, "run_after": in.RunAfter, "error": store.EscapeText(in.Error), "now": in.Now,
+		"rate_limited": in.RateLimited, "class": store.EscapeText(in.ErrorClass),
 	})
 	if err != nil {
-		return fmt.Errorf("retry activity task %d: %w", in.TaskID, err)
+		return fmt.Errorf("retry activity task %d: %w", in.TaskID, translate(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return store.ErrLeaseLost
@@ -298,11 +299,14 @@ WHERE id = @id AND attempt = @attempt AND locked_by IS NOT NULL`
 
 // HeartbeatActivity implements store.Store.
 func (s *Store) HeartbeatActivity(ctx context.Context, in store.HeartbeatParams) error {
+	if err := store.CheckPayload(in.Details); err != nil {
+		return fmt.Errorf("heartbeat activity task %d: details: %w", in.TaskID, err)
+	}
 	tag, err := s.exec(ctx, heartbeatActivitySQL, namedArgs{
 		"id": in.TaskID, "attempt": in.Attempt, "details": jsonArg(in.Details), "until": in.LockedUntil,
 	})
 	if err != nil {
-		return fmt.Errorf("heartbeat activity task %d: %w", in.TaskID, err)
+		return fmt.Errorf("heartbeat activity task %d: %w", in.TaskID, translate(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return store.ErrLeaseLost

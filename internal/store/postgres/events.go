@@ -145,12 +145,13 @@ func (r *eventRow) decode() (history.Event, error) {
 }
 
 // encodeEvents returns the wire types and JSON attributes of events, for the
-// unnest-based inserts.
+// unnest-based inserts, their texts escaped and their payloads checked
+// (encodeEvent).
 func encodeEvents(events []history.Attributes) (types, attrs []string, err error) {
 	types = make([]string, len(events))
 	attrs = make([]string, len(events))
 	for i, e := range events {
-		b, err := history.Encode(e)
+		b, err := encodeEvent(e)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -130,9 +130,9 @@ SELECT i.ix, (SELECT count(*) FROM run WHERE run.ix = i.ix),` + manyReadyColumns
 // CreateRun implements store.Store.
 func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
 	started := in.Started()
-	attrs, err := history.Encode(started)
+	attrs, err := encodeEvent(started)
 	if err != nil {
-		return store.Run{}, err
+		return store.Run{}, fmt.Errorf("create run of workflow %q: %w", in.WorkflowID, err)
 	}
 	if in.First != nil {
 		return s.createRunFirst(ctx, in, started.EventType(), string(attrs))

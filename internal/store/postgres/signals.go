@@ -35,9 +35,9 @@ SELECT (SELECT count(*) FROM run),
 // SignalRun implements store.Store.
 func (s *Store) SignalRun(ctx context.Context, in store.SignalParams, event history.Attributes) (store.Ready, error) {
 	var ready store.Ready
-	attrs, err := history.Encode(event)
+	attrs, err := encodeEvent(event)
 	if err != nil {
-		return ready, err
+		return ready, fmt.Errorf("%s to workflow %q: %w", event.EventType(), in.WorkflowID, err)
 	}
 	var (
 		n, notes int
@@ -47,7 +47,7 @@ func (s *Store) SignalRun(ctx context.Context, in store.SignalParams, event hist
 		"workflow_id": in.WorkflowID, "now": in.Now, "type": event.EventType(), "attrs": string(attrs), "notify": in.Notify,
 	})
 	if err != nil {
-		return ready, fmt.Errorf("%s to workflow %q: %w", event.EventType(), in.WorkflowID, err)
+		return ready, fmt.Errorf("%s to workflow %q: %w", event.EventType(), in.WorkflowID, translate(err))
 	}
 	if n == 0 {
 		return ready, s.noOpenRun(ctx, in.WorkflowID)
@@ -135,6 +135,7 @@ func lockRun(ctx context.Context, db dbtx, runID string) (open bool, err error) 
 func (s *Store) TerminateRun(ctx context.Context, in store.TerminateParams) (store.Ready, error) {
 	var ready store.Ready
 	var runID, parentRunID string
+	in.Reason = store.EscapeText(in.Reason)
 	closed := &store.CloseRun{Status: store.StatusTerminated, Failure: &history.Failure{Message: "terminated: " + in.Reason, Class: "terminated"}}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
@@ -154,7 +155,7 @@ func (s *Store) TerminateRun(ctx context.Context, in store.TerminateParams) (sto
 		return ts.closeChildren(ctx, runID, in.Now, &ready)
 	})
 	if err != nil {
-		return ready, fmt.Errorf("terminate workflow %q: %w", in.WorkflowID, err)
+		return ready, fmt.Errorf("terminate workflow %q: %w", in.WorkflowID, translate(err))
 	}
 	if runID == "" {
 		return ready, s.noOpenRun(ctx, in.WorkflowID)

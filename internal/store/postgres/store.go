@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -69,11 +70,17 @@ func (s *Store) in(tx pgx.Tx) *Store {
 // Pool returns the pool the store was made with.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// translate maps Postgres errors to the store's sentinels.
+// translate maps Postgres errors to the store's sentinels. A data exception
+// (SQLSTATE class 22: a NUL byte or invalid UTF-8 in text, a value out of
+// range) is store.ErrUnstorable: the same write fails every time.
 func translate(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
+	switch {
+	case !errors.As(err, &pgErr):
+	case pgErr.Code == "23505": // unique_violation
 		return fmt.Errorf("%w: %s", store.ErrConflict, pgErr.Message)
+	case strings.HasPrefix(pgErr.Code, "22"):
+		return fmt.Errorf("%w: %s (SQLSTATE %s)", store.ErrUnstorable, pgErr.Message, pgErr.Code)
 	}
 	return err
 }

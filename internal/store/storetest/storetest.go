@@ -101,6 +101,10 @@ var cases = []struct {
 	{"RedriveJobHeldByPendingJobIsRefused", testRedriveJobHeldByPendingJobIsRefused},
 	{"RedriveWorkflowHeldByOpenRunIsRefused", testRedriveWorkflowHeldByOpenRunIsRefused},
 	{"ListDeadLettersBeforeIDPages", testListDeadLettersBeforeIDPages},
+
+	// text.go
+	{"ErrorTextsAreStoredEscaped", testErrorTextsAreStoredEscaped},
+	{"UnstorablePayloadIsRefusedAndChangesNothing", testUnstorablePayloadIsRefusedAndChangesNothing},
 }
 
 // The fixtures' defaults.

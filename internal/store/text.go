@@ -1,0 +1,88 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/durable-go/durable/history"
+)
+
+// ErrUnstorable is returned for a write the database refuses for what it
+// holds, not for the state it is in: PostgreSQL's data exceptions (SQLSTATE
+// class 22), and payloads a store refuses before writing (CheckPayload).
+// Retrying the same write cannot succeed.
+var ErrUnstorable = errors.New("the database cannot store this value")
+
+// EscapeText returns s as text a store can hold: PostgreSQL's text and jsonb
+// hold only valid UTF-8 without NUL. Each NUL byte, and each byte that is
+// not part of valid UTF-8, becomes the four characters \xNN (its value in
+// hex: \x00, \xff); everything else stays as it is, so valid text without
+// NUL comes back unchanged. It is applied to the free texts that reach the
+// database (error messages, stacks, cancel and terminate reasons), so that a
+// failure is recorded whatever its message holds; identifiers and names are
+// refused instead, before anything is written.
+func EscapeText(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	const hex = "0123456789abcdef"
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == 0 || (r == utf8.RuneError && n == 1) {
+			b.WriteString(`\x`)
+			b.WriteByte(hex[s[i]>>4])
+			b.WriteByte(hex[s[i]&0xf])
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+// EscapeFailure returns f with its texts escaped (EscapeText).
+func EscapeFailure(f history.Failure) history.Failure {
+	f.Message, f.Class, f.Stack = EscapeText(f.Message), EscapeText(f.Class), EscapeText(f.Stack)
+	return f
+}
+
+// nulEscape is how JSON writes a NUL character, which PostgreSQL's jsonb
+// refuses (SQLSTATE 22P05).
+var nulEscape = []byte(`\u0000`)
+
+// CheckPayload returns an error wrapping ErrUnstorable if the JSON b cannot
+// be stored in jsonb: a string in it holds a NUL character (\u0000), or its
+// bytes are not valid UTF-8. A payload is user data, so it is refused rather
+// than changed: escaping would hand the workflow back something else.
+func CheckPayload(b []byte) error {
+	if !utf8.Valid(b) {
+		return fmt.Errorf("%w: it is not valid UTF-8, which PostgreSQL jsonb requires", ErrUnstorable)
+	}
+	if bytes.IndexByte(b, 0) >= 0 || hasNULEscape(b) {
+		return fmt.Errorf("%w: a string in it holds a NUL character (\\u0000), which PostgreSQL jsonb cannot hold: leave it out, or send the bytes encoded (base64, as []byte is)", ErrUnstorable)
+	}
+	return nil
+}
+
+// hasNULEscape says whether the JSON b has the escape \u0000 (and not an
+// escaped backslash followed by the text u0000).
+func hasNULEscape(b []byte) bool {
+	if !bytes.Contains(b, nulEscape) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if bytes.HasPrefix(b[i:], nulEscape) {
+			return true
+		}
+		i++ // the escaped character: a backslash escapes nothing after it
+	}
+	return false
+}
