@@ -282,7 +282,7 @@ func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs
 	class := errorClass(cause)
 	policy := opts.Retry.WithDefaults()
 	now := e.now()
-	retry := store.RetryActivityParams{TaskID: t.ID, Attempt: t.Attempt, Error: cause.Error(), ErrorClass: class, Now: now}
+	retry := store.RetryActivityParams{TaskID: t.ID, Attempt: t.Attempt, Error: store.EscapeText(cause.Error()), ErrorClass: class, Now: now}
 	switch after, rateLimited := activity.RetryAfter(cause); {
 	case activity.IsPermanent(cause) || slices.Contains(policy.NonRetryableErrorTypes, class):
 		return e.resolveFailed(ctx, t, attrs, cause, class, t.Attempt, s)
@@ -313,14 +313,22 @@ func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs
 }
 
 func (e *Engine) resolveFailed(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, class string, attempts int, s *slot) *store.ActivityTask {
+	return e.resolve(ctx, t, attrs, e.failedForGood(ctx, t, attrs, cause, class, attempts), s)
+}
+
+// failedForGood logs and counts the final failure of an activity, and
+// returns its event.
+func (e *Engine) failedForGood(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, class string, attempts int) history.ActivityFailed {
 	e.log.LogAttrs(ctx, slog.LevelWarn, "activity failed for good",
 		append(attrs, slog.String("error", cause.Error()), slog.String("class", class))...)
 	e.metrics.outcomes.WithLabelValues("activity", t.Activity, outcomeFailedFinal).Inc()
 	if t.RunID == "" { // a standalone job is kept as a dead letter
 		e.metrics.outcomes.WithLabelValues("activity", t.Activity, outcomeDeadLettered).Inc()
 	}
-	f := history.Failure{Message: cause.Error(), Class: class, Attempts: attempts}
-	return e.resolve(ctx, t, attrs, history.ActivityFailed{Seq: t.Seq, Failure: f}, s)
+	// Escaped as the store records it, so that the run sees, live, the
+	// message a replay reads back.
+	f := store.EscapeFailure(history.Failure{Message: cause.Error(), Class: class, Attempts: attempts})
+	return history.ActivityFailed{Seq: t.Seq, Failure: f}
 }
 
 // resolve records an activity's outcome. The outcome of a run's activity
@@ -371,6 +379,14 @@ func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog
 		in.ClaimAs, in.Lease = e.opts.WorkerID, e.opts.WorkflowTaskLease
 	}
 	ready, err := e.store.ResolveActivity(ctx, in)
+	if _, done := ev.(history.ActivityCompleted); done && errors.Is(err, store.ErrUnstorable) {
+		// The result cannot be stored, and never will be: the activity
+		// fails for good with the reason, instead of running again at the
+		// end of each lease.
+		cause := activity.Permanent(fmt.Errorf("record result of activity %s: %w", t.Activity, err))
+		in.Event = e.failedForGood(ctx, t, attrs, cause, errorClass(cause), t.Attempt)
+		ready, err = e.store.ResolveActivity(ctx, in)
+	}
 	switch {
 	case p != nil && len(ready.WorkflowTasks) == 1:
 		p.start(ready.WorkflowTasks[0])

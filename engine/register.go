@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/durable-go/durable/activity"
+	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -182,6 +183,9 @@ func registeredName(fn any, name string) (string, error) {
 		if len(name) > 200 {
 			return "", fmt.Errorf("name %.20q... is longer than 200 bytes", name)
 		}
+		if err := checkName("name", name, 200); err != nil {
+			return "", err
+		}
 		return name, nil
 	}
 	f := runtime.FuncForPC(funcPC(fn))
@@ -210,6 +214,11 @@ func encodePayload(v any, limit int, what string) (json.RawMessage, error) {
 	}
 	if limit > 0 && len(b) > limit {
 		return nil, activity.Permanent(fmt.Errorf("%s is %d bytes, over the %d-byte limit (Options.MaxPayloadBytes): pass a reference to the data instead", what, len(b), limit))
+	}
+	// Refused as the database would refuse it, but here, with a reason
+	// that names the payload, whether or not a codec would hide it.
+	if err := store.CheckPayload(b); err != nil {
+		return nil, activity.Permanent(fmt.Errorf("%s: %w", what, err))
 	}
 	return b, nil
 }

@@ -111,17 +111,27 @@ func SignalWithStart[In, Out, T any](ctx context.Context, e *Engine, wf func(wor
 // activities and timers fail with workflow.ErrCanceled (running activities
 // learn of it at their next heartbeat); the workflow may clean up on a
 // workflow.NewDisconnectedContext and, returning a canceled error, ends as
-// canceled. The request is recorded in history.
+// canceled. The request is recorded in history, with the reason: at most
+// 1,000 bytes, a NUL byte or invalid UTF-8 in it escaped (\x00, \xff).
 func (e *Engine) Cancel(ctx context.Context, workflowID, reason string) error {
+	reason, err := checkReason(reason)
+	if err != nil {
+		return fmt.Errorf("cancel workflow %q: %w", workflowID, err)
+	}
 	return e.sendToRun(ctx, e.store, false, workflowID, history.WorkflowCancelRequested{Reason: reason})
 }
 
 // Terminate stops the open run of workflowID at once, running no workflow
 // code: the run closes as terminated with the reason in its history, and
-// its pending activities and timers are dropped.
+// its pending activities and timers are dropped. The reason is limited and
+// escaped as Cancel's is.
 func (e *Engine) Terminate(ctx context.Context, workflowID, reason string) error {
 	if err := checkName("workflow ID", workflowID, maxIDLen); err != nil {
 		return fmt.Errorf("terminate: %w", err)
+	}
+	reason, err := checkReason(reason)
+	if err != nil {
+		return fmt.Errorf("terminate workflow %q: %w", workflowID, err)
 	}
 	if err := e.needDB(); err != nil {
 		return err
