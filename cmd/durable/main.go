@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -49,7 +50,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	cmd, err := root.ExecuteContextC(ctx)
+	cmd, err := root, checkUTF8(args)
+	if err == nil {
+		cmd, err = root.ExecuteContextC(ctx)
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -196,6 +200,19 @@ func groupCommand(use, short, long string) *cobra.Command {
 			return cmd.Help()
 		},
 	}
+}
+
+// checkUTF8 refuses command-line arguments (flag values included) that are
+// not valid UTF-8: PostgreSQL text holds nothing else, so no workflow ID,
+// type or reason can be one, and the database would answer with an error
+// of its own.
+func checkUTF8(args []string) error {
+	for _, arg := range args {
+		if !utf8.ValidString(arg) {
+			return usageError("argument %q is not valid UTF-8: no workflow ID, name or reason can hold it", arg)
+		}
+	}
+	return nil
 }
 
 // exactArgs is cobra.ExactArgs with an error that names the arguments.

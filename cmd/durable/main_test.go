@@ -106,6 +106,10 @@ func TestUsageErrors(t *testing.T) {
 		{"HistoryTwoIDs", []string{"workflow", "history", "a", "b"}, "takes one workflow ID, got 2"},
 		{"BadAfter", []string{"migrate", "print", "--after", "-1"}, "--after must not be negative"},
 		{"BadURL", []string{"--db", "postgres://[::1", "workflow", "list"}, "--db is not a valid PostgreSQL URL"},
+		// PostgreSQL text holds only UTF-8: no workflow has such an ID.
+		{"InvalidUTF8Flag", []string{"workflow", "list", "--id", "a\xffb"}, `argument "a\xffb" is not valid UTF-8`},
+		{"InvalidUTF8Arg", []string{"workflow", "describe", "a\xffb"}, `argument "a\xffb" is not valid UTF-8`},
+		{"InvalidUTF8Reason", []string{"workflow", "cancel", "x", "--reason=\xff"}, `argument "--reason=\xff" is not valid UTF-8`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
