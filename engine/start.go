@@ -165,6 +165,13 @@ func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any
 	r, err := s.CreateRun(ctx, params)
 	if eager != nil {
 		eager(r, err)
+		if errors.Is(err, store.ErrUnstorable) {
+			// The first task's commands hold what the database cannot
+			// (a payload the workflow code made): the run starts the
+			// ordinary way, and its task fails, visibly, on a worker.
+			params.First, eager = nil, nil
+			r, err = s.CreateRun(ctx, params)
+		}
 	}
 	if p != nil {
 		if err == nil && r.Token != 0 {

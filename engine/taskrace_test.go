@@ -2,7 +2,9 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -364,4 +366,45 @@ func TestGetVersionInALoopUpgradedMidRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, countEvents(t, events, "version_marker"), "only the first call records")
 	require.NoError(t, upgraded.ReplayRun(ctx, "vloop-new"))
+}
+
+// FailsWithNUL fails with a text the database cannot hold as it is.
+func FailsWithNUL(_ workflow.Context, _ int) (int, error) {
+	return 0, errors.New("bad \x00 byte \xff")
+}
+
+// EchoText returns its input.
+func EchoText(_ context.Context, s string) (string, error) { return s, nil }
+
+// SchedulesNUL passes an activity an input the database cannot hold.
+func SchedulesNUL(ctx workflow.Context, _ int) (string, error) {
+	return workflow.ExecuteActivity(ctx, EchoText, "a\x00b").Get(ctx)
+}
+
+// TestUnstorableTextsReplayAndFailVisibly checks that a run failed with an
+// escaped message replays (the code's failure is compared escaped), and
+// that a commit the database refuses for what the code made fails the
+// workflow task visibly rather than waiting for the lease again and again.
+func TestUnstorableTextsReplayAndFailVisibly(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	e := newEngine(t, pool, engine.Options{})
+	require.NoError(t, engine.RegisterWorkflow(e, FailsWithNUL, engine.WorkflowOptions{}))
+	require.NoError(t, engine.RegisterWorkflow(e, SchedulesNUL, engine.WorkflowOptions{}))
+	require.NoError(t, engine.RegisterActivity(e, EchoText, activity.Options{}))
+	run(t, e)
+	ctx := resultCtx(t)
+	r, err := engine.Start(ctx, e, FailsWithNUL, 0, engine.StartOptions{ID: "fails-nul"})
+	require.NoError(t, err)
+	_, err = r.Result(ctx)
+	require.ErrorContains(t, err, `bad \x00 byte \xff`)
+	require.NoError(t, e.ReplayRun(ctx, "fails-nul"), "the failure is compared as it was recorded")
+
+	_, err = engine.Start(ctx, e, SchedulesNUL, 0, engine.StartOptions{ID: "schedules-nul"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := e.Describe(ctx, "schedules-nul")
+		require.NoError(t, err)
+		return info.TaskAttempts > 0 && strings.Contains(info.TaskError, "cannot store")
+	}, 10*time.Second, 5*time.Millisecond, "the refused commit fails the workflow task, visibly")
 }

@@ -319,6 +319,11 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 			e.metrics.staleWrites.WithLabelValues("workflow_decision").Inc()
 			e.log.LogAttrs(ctx, slog.LevelDebug, "events reached the run while its workflow task ran; the task runs again with them", attrs...)
 			return nil, err
+		case errors.Is(err, store.ErrUnstorable):
+			// Retrying the same commit cannot succeed: a payload or name the
+			// workflow code made. The task fails, visibly, until fixed code
+			// is deployed.
+			e.failWorkflowTask(ctx, t, attrs, err)
 		case errors.Is(err, store.ErrLeaseLost):
 			e.metrics.staleWrites.WithLabelValues("workflow_commit").Inc()
 			e.log.LogAttrs(ctx, slog.LevelWarn, "workflow task lease lost; its commit was refused", attrs...)

@@ -315,7 +315,7 @@ func (x *executor) runMain(input json.RawMessage) {
 		return
 	}
 	if err != nil {
-		f := history.Failure{Message: err.Error(), Class: errorClass(err)}
+		f := history.Failure{Message: history.EscapeText(err.Error()), Class: history.EscapeText(errorClass(err))}
 		x.command(history.WorkflowFailed{Failure: f})
 	} else {
 		x.command(history.WorkflowCompleted{Result: result})

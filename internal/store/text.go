@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/durable-go/durable/history"
@@ -24,26 +23,7 @@ var ErrUnstorable = errors.New("the database cannot store this value")
 // database (error messages, stacks, cancel and terminate reasons), so that a
 // failure is recorded whatever its message holds; identifiers and names are
 // refused instead, before anything is written.
-func EscapeText(s string) string {
-	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
-		return s
-	}
-	const hex = "0123456789abcdef"
-	var b strings.Builder
-	b.Grow(len(s) + 8)
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == 0 || (r == utf8.RuneError && n == 1) {
-			b.WriteString(`\x`)
-			b.WriteByte(hex[s[i]>>4])
-			b.WriteByte(hex[s[i]&0xf])
-		} else {
-			b.WriteString(s[i : i+n])
-		}
-		i += n
-	}
-	return b.String()
-}
+func EscapeText(s string) string { return history.EscapeText(s) }
 
 // EscapeFailure returns f with its texts escaped (EscapeText).
 func EscapeFailure(f history.Failure) history.Failure {
