@@ -37,8 +37,9 @@ func Export(w io.Writer, h History) error {
 	return err
 }
 
-// Import reads a history written by Export and checks it: a known version,
-// events numbered 1..n, the first a WorkflowStarted. It reads r whole, then
+// Import reads a history written by Export and checks it (Validate): a
+// known version, events numbered 1..n, the first a WorkflowStarted, each
+// outcome after its schedule. It reads r whole, then
 // decodes what Export writes with the scanner of scan.go; anything else
 // valid (fields in another order, keys in another case) it decodes as
 // encoding/json does, with its errors.
@@ -299,8 +300,9 @@ func unexpectedEOF(err error) error {
 	return err
 }
 
-// Validate checks that the events are numbered 1..n and start with a
-// WorkflowStarted.
+// Validate checks that the events are numbered 1..n, start with a
+// WorkflowStarted, and that each outcome (of an activity, a timer, a child
+// workflow) follows the event that scheduled it, with the same seq.
 func (h History) Validate() error {
 	if len(h.Events) == 0 {
 		return fmt.Errorf("run %s: no events", h.RunID)
@@ -308,10 +310,64 @@ func (h History) Validate() error {
 	if _, ok := h.Events[0].Attributes.(WorkflowStarted); !ok {
 		return fmt.Errorf("run %s: event 1 is %s, not workflow_started", h.RunID, h.Events[0].Type())
 	}
+	scheduled := map[scheduledSeq]bool{}
 	for i, e := range h.Events {
 		if e.ID != int64(i+1) {
 			return fmt.Errorf("run %s: event %d has ID %d", h.RunID, i+1, e.ID)
 		}
+		if key, ok := schedules(e.Attributes); ok {
+			scheduled[key] = true
+		} else if key, ok := outcomeOf(e.Attributes); ok && !scheduled[key] {
+			return fmt.Errorf("run %s: event %d (%s) has no %s with seq %d before it: an outcome must follow the event that scheduled it",
+				h.RunID, e.ID, e.Type(), key.schedule, key.seq)
+		}
 	}
 	return nil
+}
+
+// scheduledSeq names a command that later events refer to: the type of the
+// event that scheduled it, and its seq.
+type scheduledSeq struct {
+	schedule string
+	seq      int64
+}
+
+// schedules returns the command that a starts, if it starts one that an
+// outcome refers to.
+func schedules(a Attributes) (scheduledSeq, bool) {
+	switch a := a.(type) {
+	case ActivityScheduled:
+		return scheduledSeq{a.EventType(), a.Seq}, true
+	case TimerStarted:
+		return scheduledSeq{a.EventType(), a.Seq}, true
+	case ChildWorkflowScheduled:
+		return scheduledSeq{a.EventType(), a.Seq}, true
+	}
+	return scheduledSeq{}, false
+}
+
+// outcomeOf returns the command that a is an outcome of, if it is one.
+func outcomeOf(a Attributes) (scheduledSeq, bool) {
+	var (
+		activity = ActivityScheduled{}.EventType()
+		timer    = TimerStarted{}.EventType()
+		child    = ChildWorkflowScheduled{}.EventType()
+	)
+	switch a := a.(type) {
+	case ActivityCompleted:
+		return scheduledSeq{activity, a.Seq}, true
+	case ActivityFailed:
+		return scheduledSeq{activity, a.Seq}, true
+	case ActivityCanceled:
+		return scheduledSeq{activity, a.Seq}, true
+	case TimerFired:
+		return scheduledSeq{timer, a.Seq}, true
+	case TimerCanceled:
+		return scheduledSeq{timer, a.Seq}, true
+	case ChildWorkflowCompleted:
+		return scheduledSeq{child, a.Seq}, true
+	case ChildWorkflowFailed:
+		return scheduledSeq{child, a.Seq}, true
+	}
+	return scheduledSeq{}, false
 }

@@ -3,8 +3,10 @@ package history_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,7 +49,7 @@ func TestImportReadsFieldsInAnyOrder(t *testing.T) {
 	t.Parallel()
 	in := `{"events":[
 		{"attributes":{"workflow_type":"W","workflow_id":"w","queue":"q","input":1},"type":"workflow_started","time":"2030-01-01T00:00:00Z","id":1},
-		{"id":2,"type":"timer_fired","attributes":{"seq":1},"time":"2030-01-01T00:00:01Z"}
+		{"id":2,"type":"timer_started","attributes":{"fire_at":"2030-01-01T01:00:00Z","seq":1},"time":"2030-01-01T00:00:01Z"}
 	],"run_id":"r","version":1}`
 	h, err := history.Import(bytes.NewReader([]byte(in)))
 	require.NoError(t, err)
@@ -55,7 +57,7 @@ func TestImportReadsFieldsInAnyOrder(t *testing.T) {
 	require.Equal(t, []history.Event{
 		{ID: 1, Time: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC),
 			Attributes: history.WorkflowStarted{WorkflowType: "W", WorkflowID: "w", Queue: "q", Input: json.RawMessage("1")}},
-		{ID: 2, Time: time.Date(2030, 1, 1, 0, 0, 1, 0, time.UTC), Attributes: history.TimerFired{Seq: 1}},
+		{ID: 2, Time: time.Date(2030, 1, 1, 0, 0, 1, 0, time.UTC), Attributes: history.TimerStarted{Seq: 1, FireAt: time.Date(2030, 1, 1, 1, 0, 0, 0, time.UTC)}},
 	}, h.Events)
 }
 
@@ -135,4 +137,46 @@ func FuzzDecodeEvent(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, string(b), string(b2))
 	})
+}
+
+// An outcome (an activity's, a timer's, a child's) must follow the event
+// that scheduled it: a history edited by hand, or recorded by a bug, that
+// has it the other way round is refused by name, not replayed.
+func TestImportRejectsOutcomesBeforeTheirSchedule(t *testing.T) {
+	t.Parallel()
+	const start = `{"id":1,"time":"2030-01-01T00:00:00Z","type":"workflow_started","attributes":{"workflow_type":"W","workflow_id":"w","queue":"q","input":null}}`
+	event := func(id int, typ, attrs string) string {
+		return fmt.Sprintf(`{"id":%d,"time":"2030-01-01T00:00:00Z","type":%q,"attributes":%s}`, id, typ, attrs)
+	}
+	scheduled := func(id int) string {
+		return event(id, "activity_scheduled", `{"seq":1,"activity":"A","queue":"q","input":null}`)
+	}
+	for _, tt := range []struct {
+		name   string
+		events []string
+		want   string
+	}{
+		{"activity completed before scheduled", []string{event(2, "activity_completed", `{"seq":1,"result":1,"attempt":1}`), scheduled(3)},
+			"event 2 (activity_completed) has no activity_scheduled with seq 1 before it"},
+		{"activity failed, never scheduled", []string{event(2, "activity_failed", `{"seq":1,"failure":{"message":"x"}}`)},
+			"event 2 (activity_failed) has no activity_scheduled with seq 1 before it"},
+		{"activity canceled before scheduled", []string{event(2, "activity_canceled", `{"seq":1}`), scheduled(3)},
+			"event 2 (activity_canceled) has no activity_scheduled with seq 1 before it"},
+		{"timer fired before started", []string{event(2, "timer_fired", `{"seq":4}`), event(3, "timer_started", `{"seq":4,"fire_at":"2030-01-01T01:00:00Z"}`)},
+			"event 2 (timer_fired) has no timer_started with seq 4 before it"},
+		{"timer canceled, never started", []string{scheduled(2), event(3, "timer_canceled", `{"seq":1}`)},
+			"event 3 (timer_canceled) has no timer_started with seq 1 before it"},
+		{"child completed before scheduled", []string{event(2, "child_workflow_completed", `{"seq":2,"result":1}`),
+			event(3, "child_workflow_scheduled", `{"seq":2,"workflow_type":"C","workflow_id":"c","queue":"q","input":null,"parent_close_policy":"terminate"}`)},
+			"event 2 (child_workflow_completed) has no child_workflow_scheduled with seq 2 before it"},
+		{"child failed for an activity's seq", []string{scheduled(2), event(3, "child_workflow_failed", `{"seq":1,"failure":{"message":"x"}}`)},
+			"event 3 (child_workflow_failed) has no child_workflow_scheduled with seq 1 before it"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			in := `{"version":1,"run_id":"r","events":[` + start + "," + strings.Join(tt.events, ",") + `]}`
+			_, err := history.Import(strings.NewReader(in))
+			require.ErrorContains(t, err, "import history: run r: "+tt.want)
+		})
+	}
 }
