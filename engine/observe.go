@@ -31,6 +31,10 @@ type metrics struct {
 	largeHistories *prometheus.CounterVec
 	staleWrites    *prometheus.CounterVec
 	runAhead       *prometheus.CounterVec
+
+	// queues are those the last refresh of the queue gauges saw tasks or
+	// timers on. Only the gauges' refresh, one at a time, uses it.
+	queues map[string]bool
 }
 
 // Result label values of durable_activity_run_ahead_total.
@@ -134,12 +138,26 @@ func (e *Engine) refreshGauges(ctx context.Context) {
 		}
 		return max(now.Sub(*t).Seconds(), 0)
 	}
+	seen := make(map[string]bool, len(qs))
 	for _, q := range qs {
 		e.metrics.queueReady.WithLabelValues(q.Queue, "workflow").Set(float64(q.WorkflowTasks.Ready))
 		e.metrics.queueReady.WithLabelValues(q.Queue, "activity").Set(float64(q.ActivityTasks.Ready))
 		e.metrics.queueAge.WithLabelValues(q.Queue, "workflow").Set(age(q.WorkflowTasks.OldestReady))
 		e.metrics.queueAge.WithLabelValues(q.Queue, "activity").Set(age(q.ActivityTasks.OldestReady))
+		seen[q.Queue] = true
 	}
+	// A queue that drained since the last refresh has no row any more: it
+	// reads 0, not the values it had, or an alert on the age would go on
+	// firing over an empty queue.
+	for q := range e.metrics.queues {
+		if !seen[q] {
+			for _, kind := range []string{"workflow", "activity"} {
+				e.metrics.queueReady.WithLabelValues(q, kind).Set(0)
+				e.metrics.queueAge.WithLabelValues(q, kind).Set(0)
+			}
+		}
+	}
+	e.metrics.queues = seen
 	ds, err := e.store.DeadLetterStats(ctx)
 	if err != nil {
 		return

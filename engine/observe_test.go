@@ -245,3 +245,32 @@ func TestFailedNewLeavesTheRegistryAlone(t *testing.T) {
 	_, err = engine.New(pool, engine.Options{Registerer: reg, Logger: quietLogger()})
 	require.ErrorContains(t, err, "register metrics", "a second engine on one registry is an error")
 }
+
+// A queue that drains reports no ready tasks and an oldest-ready age of 0,
+// not the last values it had: an alert on the age (see
+// docs/operations.md) would go on firing over an empty queue.
+func TestQueueGaugesGoToZeroWhenTheQueueDrains(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	reg := prometheus.NewRegistry()
+	watcher := newEngine(t, pool, engine.Options{Registerer: reg, MetricsInterval: 10 * time.Millisecond})
+	opts := activity.Options{Name: "Park", Queue: "parked"}
+	require.NoError(t, engine.RegisterActivity(watcher, Add, opts))
+	run(t, watcher) // it polls "default" only: the job waits on "parked"
+	ctx := resultCtx(t)
+	_, err := engine.Enqueue(ctx, watcher, Add, 1, engine.JobOptions{})
+	require.NoError(t, err)
+	gauge := func(name string) float64 { return value(reg, name, "queue", "parked", "kind", "activity") }
+	require.Eventually(t, func() bool {
+		return gauge("durable_queue_ready_tasks") == 1 && gauge("durable_queue_oldest_ready_age_seconds") > 0
+	}, 20*time.Second, 5*time.Millisecond, "the gauges show the parked job waiting")
+
+	// The queue drains between two refreshes (the job was claimed and
+	// done, or cancelled): the next refresh finds no task on it at all.
+	tag, err := pool.Exec(ctx, `DELETE FROM durable_activity_tasks WHERE queue = 'parked'`)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+	require.Eventually(t, func() bool {
+		return gauge("durable_queue_ready_tasks") == 0 && gauge("durable_queue_oldest_ready_age_seconds") == 0
+	}, 5*time.Second, 5*time.Millisecond, "the drained queue reads 0, not its last values")
+}
