@@ -3,9 +3,14 @@ package codec
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 )
 
 // Key is an AES key and the ID written next to every payload it encrypts,
@@ -14,11 +19,37 @@ import (
 type Key struct {
 	// ID names the key. It is stored in the clear with each payload, so it
 	// must not be secret: a date or a version ("2025-06", "v2"). At most 255
-	// bytes. Empty is allowed when there is one key.
+	// bytes, and no two keys of a codec share one.
+	//
+	// Empty is allowed, for any number of keys (AESGCM's key has none): a
+	// payload is then stored with an empty ID, and decoding one tries every
+	// key of the codec, keys without an ID first, until one decrypts it
+	// (AES-GCM authenticates, so a wrong key never decrypts). Errors name
+	// such a key by its Fingerprint. Prefer IDs: they pick the key at once
+	// and say which key a payload needs.
 	ID string
 	// Secret is the AES key: 32 bytes for AES-256 (16 or 24 for AES-128 or
 	// -192). Generate one with `openssl rand -base64 32` and decode it.
 	Secret []byte
+}
+
+// Fingerprint returns 8 hex digits that tell keys apart without revealing
+// them: the first 4 bytes of an HMAC-SHA256 of a fixed text under the
+// secret. Errors name keys without an ID by it, so it may end up in logs
+// and in a run's task error; compare it with the fingerprints of the keys
+// you hold to find the one an engine has.
+func (k Key) Fingerprint() string {
+	m := hmac.New(sha256.New, k.Secret)
+	m.Write([]byte("durable codec key fingerprint"))
+	return hex.EncodeToString(m.Sum(nil)[:4])
+}
+
+// name is how errors name k: its ID, and its fingerprint if the ID is empty.
+func (k Key) name() string {
+	if k.ID == "" {
+		return `"" (fingerprint ` + k.Fingerprint() + ")"
+	}
+	return strconv.Quote(k.ID)
 }
 
 // aesFormat is the first byte of every payload AESGCM encodes; a later
@@ -38,32 +69,44 @@ func AESGCM(key []byte) (PayloadCodec, error) {
 
 // AESGCMKeys returns an AES-GCM codec that encrypts with current and
 // decrypts with current or any of old, chosen by the key ID stored with each
-// payload. To rotate, make the new key current and pass the previous one in
-// old until no stored payload needs it.
+// payload (see Key.ID for keys without one). To rotate, make the new key
+// current and pass the previous one in old until no stored payload needs it;
+// docs/encryption.md shows the steps for a fleet of engines.
 func AESGCMKeys(current Key, old ...Key) (PayloadCodec, error) {
-	c := &aesGCM{current: current.ID, keys: map[string]cipher.AEAD{}}
-	for _, k := range append([]Key{current}, old...) {
+	c := &aesGCM{byID: map[string]aesKey{}}
+	var unnamed, named []aesKey
+	for i, k := range append([]Key{current}, old...) {
 		if len(k.ID) > 255 {
 			return nil, fmt.Errorf("aes-gcm codec: key ID %.20q... is %d bytes, the limit is 255", k.ID, len(k.ID))
 		}
-		if _, dup := c.keys[k.ID]; dup {
+		if _, dup := c.byID[k.ID]; dup && k.ID != "" {
 			return nil, fmt.Errorf("aes-gcm codec: two keys have the ID %q: give each key its own ID", k.ID)
 		}
 		switch len(k.Secret) {
 		case 16, 24, 32:
 		default:
-			return nil, fmt.Errorf("aes-gcm codec: key %q is %d bytes; an AES key is 32 bytes (AES-256), or 16 or 24", k.ID, len(k.Secret))
+			return nil, fmt.Errorf("aes-gcm codec: key %s is %d bytes; an AES key is 32 bytes (AES-256), or 16 or 24", k.name(), len(k.Secret))
 		}
 		block, err := aes.NewCipher(slices.Clone(k.Secret))
 		if err != nil {
-			return nil, fmt.Errorf("aes-gcm codec: key %q: %w", k.ID, err)
+			return nil, fmt.Errorf("aes-gcm codec: key %s: %w", k.name(), err)
 		}
 		aead, err := cipher.NewGCMWithRandomNonce(block)
 		if err != nil {
-			return nil, fmt.Errorf("aes-gcm codec: key %q: %w", k.ID, err)
+			return nil, fmt.Errorf("aes-gcm codec: key %s: %w", k.name(), err)
 		}
-		c.keys[k.ID] = aead
+		ak := aesKey{id: k.ID, name: k.name(), aead: aead}
+		if i == 0 {
+			c.current = ak
+		}
+		if k.ID == "" {
+			unnamed = append(unnamed, ak)
+			continue
+		}
+		c.byID[k.ID] = ak
+		named = append(named, ak)
 	}
+	c.all = append(unnamed, named...)
 	return c, nil
 }
 
@@ -74,18 +117,26 @@ func AESGCMKeys(current Key, old ...Key) (PayloadCodec, error) {
 // and the header before the nonce is authenticated with the ciphertext, so
 // the key ID cannot be changed either.
 type aesGCM struct {
-	current string
-	keys    map[string]cipher.AEAD
+	current aesKey
+	byID    map[string]aesKey // the keys with an ID
+	all     []aesKey          // every key, those without an ID first: for payloads without an ID
+}
+
+// aesKey is one key of an aesGCM.
+type aesKey struct {
+	id   string
+	name string // for errors
+	aead cipher.AEAD
 }
 
 func (c *aesGCM) Encode(payload []byte) ([]byte, error) {
-	aead := c.keys[c.current]
-	header := make([]byte, 0, 2+len(c.current))
-	header = append(header, aesFormat, byte(len(c.current)))
-	header = append(header, c.current...)
-	out := make([]byte, len(header), len(header)+len(payload)+aead.Overhead())
+	k := c.current
+	header := make([]byte, 0, 2+len(k.id))
+	header = append(header, aesFormat, byte(len(k.id)))
+	header = append(header, k.id...)
+	out := make([]byte, len(header), len(header)+len(payload)+k.aead.Overhead())
 	copy(out, header)
-	return aead.Seal(out, nil, payload, header), nil
+	return k.aead.Seal(out, nil, payload, header), nil
 }
 
 func (c *aesGCM) Decode(stored []byte) ([]byte, error) {
@@ -99,24 +150,34 @@ func (c *aesGCM) Decode(stored []byte) ([]byte, error) {
 	if len(stored) < 2+n {
 		return nil, errors.New("aes-gcm: payload is cut short in its key ID")
 	}
-	header, id := stored[:2+n], string(stored[2:2+n])
-	aead, ok := c.keys[id]
-	if !ok {
-		return nil, fmt.Errorf("aes-gcm: payload was encrypted with key %q, which this codec does not have (it has %s): pass that key to AESGCMKeys as an old key", id, c.ids())
+	header, id, sealed := stored[:2+n], string(stored[2:2+n]), stored[2+n:]
+	if id == "" {
+		// Written by a key without an ID: whichever key opens it wrote it.
+		for _, k := range c.all {
+			if p, err := k.aead.Open(nil, nil, sealed, header); err == nil {
+				return p, nil
+			}
+		}
+		return nil, fmt.Errorf("aes-gcm: payload does not decrypt with key \"\": the key is wrong or the stored payload was changed "+
+			"(a payload stored without a key ID was tried with every key of this codec: %s)", c.names())
 	}
-	p, err := aead.Open(nil, nil, stored[2+n:], header)
+	k, ok := c.byID[id]
+	if !ok {
+		return nil, fmt.Errorf("aes-gcm: payload was encrypted with key %q, which this codec does not have (it has %s): pass that key to AESGCMKeys as an old key", id, c.names())
+	}
+	p, err := k.aead.Open(nil, nil, sealed, header)
 	if err != nil {
 		return nil, fmt.Errorf("aes-gcm: payload does not decrypt with key %q: the key is wrong or the stored payload was changed", id)
 	}
 	return p, nil
 }
 
-// ids lists the codec's key IDs, for errors.
-func (c *aesGCM) ids() string {
-	ids := make([]string, 0, len(c.keys))
-	for id := range c.keys {
-		ids = append(ids, fmt.Sprintf("%q", id))
+// names lists the codec's keys, for errors.
+func (c *aesGCM) names() string {
+	names := make([]string, 0, len(c.all))
+	for _, k := range c.all {
+		names = append(names, k.name)
 	}
-	slices.Sort(ids)
-	return fmt.Sprint(ids)
+	slices.Sort(names)
+	return "[" + strings.Join(names, ", ") + "]"
 }

@@ -182,3 +182,43 @@ func FuzzAESGCMRoundTrip(f *testing.F) {
 		require.Equal(t, string(p), string(got))
 	})
 }
+
+// TestAESGCMKeysRotateFromKeysWithoutID: a codec made with AESGCM (a key
+// without an ID) rotates to another key without an ID, and its payloads
+// still decode once the old key is given an ID.
+func TestAESGCMKeysRotateFromKeysWithoutID(t *testing.T) {
+	t.Parallel()
+	old, err := codec.AESGCM(key(1))
+	require.NoError(t, err)
+	encOld, err := old.Encode([]byte(`"old"`))
+	require.NoError(t, err)
+
+	rotated, err := codec.AESGCMKeys(codec.Key{Secret: key(2)}, codec.Key{Secret: key(1)})
+	require.NoError(t, err, "two keys without an ID are a rotation")
+	got, err := rotated.Decode(encOld)
+	require.NoError(t, err, "the old key still decodes what it wrote")
+	require.Equal(t, `"old"`, string(got))
+	encNew, err := rotated.Encode([]byte(`"new"`))
+	require.NoError(t, err)
+	_, err = old.Decode(encNew)
+	require.ErrorContains(t, err, "the key is wrong", "the new key encodes")
+	fp1, fp2 := codec.Key{Secret: key(1)}.Fingerprint(), codec.Key{Secret: key(2)}.Fingerprint()
+	require.Len(t, fp1, 8)
+	require.NotEqual(t, fp1, fp2)
+	require.ErrorContains(t, err, `["" (fingerprint `+fp1+`)]`, "the error names the keys it tried")
+	newOnly, err := codec.AESGCM(key(2))
+	require.NoError(t, err)
+	got, err = newOnly.Decode(encNew)
+	require.NoError(t, err)
+	require.Equal(t, `"new"`, string(got))
+
+	// The old key may be given an ID later: payloads without one are tried
+	// with every key.
+	named, err := codec.AESGCMKeys(codec.Key{ID: "2025", Secret: key(3)}, codec.Key{ID: "2024", Secret: key(1)})
+	require.NoError(t, err)
+	got, err = named.Decode(encOld)
+	require.NoError(t, err)
+	require.Equal(t, `"old"`, string(got))
+	_, err = named.Decode(encNew)
+	require.ErrorContains(t, err, `the key is wrong or the stored payload was changed (a payload stored without a key ID was tried with every key of this codec: ["2024", "2025"])`)
+}

@@ -39,6 +39,12 @@
 //
 // The key is never stored in the database: only the key ID (if any) is
 // written next to each payload. Keep the key where the workers can read it
-// (a secret manager, an environment variable) and the database cannot. See
-// docs/encryption.md for key rotation.
+// (a secret manager, an environment variable) and the database cannot.
+//
+// To rotate, give [AESGCMKeys] the new key and the old ones: the new key
+// encrypts, every key decrypts, each payload with the key its stored ID
+// names. A payload stored without an ID (from [AESGCM], or any key without
+// one) is tried with every key, so keys without an ID rotate too; errors
+// name them by [Key.Fingerprint]. docs/encryption.md shows a rotation across
+// a fleet of engines, step by step.
 package codec

@@ -44,7 +44,7 @@ func ExampleAESGCM() {
 	// Output:
 	// true false
 	// {"email":"ada@example.com"}
-	// aes-gcm codec: key "" is 20 bytes; an AES key is 32 bytes (AES-256), or 16 or 24
+	// aes-gcm codec: key "" (fingerprint 84eb897e) is 20 bytes; an AES key is 32 bytes (AES-256), or 16 or 24
 }
 
 // To rotate keys, encrypt with a new key and keep the old one for reading
@@ -69,4 +69,61 @@ func ExampleAESGCMKeys() {
 	// Output:
 	// "written in January" <nil>
 	// decode payload: aes-gcm: payload was encrypted with key "2025-07", which this codec does not have (it has ["2025-01"]): pass that key to AESGCMKeys as an old key
+}
+
+// payloadCodec builds a codec from a list of keys "id:base64key,..." (from
+// an environment variable such as DURABLE_PAYLOAD_KEYS): the first key
+// encrypts, every key decrypts. An ID may be empty (":base64key"), as the
+// key of a codec made with AESGCM is. A rotation changes only the list.
+func payloadCodec(list string) (codec.PayloadCodec, error) {
+	var keys []codec.Key
+	for i, entry := range strings.Split(list, ",") {
+		id, b64, ok := strings.Cut(strings.TrimSpace(entry), ":")
+		if !ok {
+			return nil, fmt.Errorf("payload keys: entry %d is not id:base64key", i+1)
+		}
+		secret, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			return nil, fmt.Errorf("payload keys: key %q: %w", id, err)
+		}
+		keys = append(keys, codec.Key{ID: id, Secret: secret})
+	}
+	return codec.AESGCMKeys(keys[0], keys[1:]...)
+}
+
+// A key rotation in a fleet is three deploys that change only the list of
+// keys. During each deploy engines of the stage before and of the new stage
+// run side by side, so each must read what the other writes.
+func Example_rotation() {
+	oldKey := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	newKey := base64.StdEncoding.EncodeToString([]byte("fedcba9876543210fedcba9876543210"))
+	stages := []string{
+		"2025-01:" + oldKey,                        // 0: before
+		"2025-01:" + oldKey + ",2025-07:" + newKey, // 1: every engine can read the new key
+		"2025-07:" + newKey + ",2025-01:" + oldKey, // 2: the new key encrypts
+		"2025-07:" + newKey,                        // 3: nothing stored needs the old key
+	}
+	codecs := make([]codec.PayloadCodec, len(stages))
+	written := make([]json.RawMessage, len(stages))
+	for i, list := range stages {
+		c, err := payloadCodec(list)
+		if err != nil {
+			panic(err)
+		}
+		codecs[i] = c
+		written[i], _ = codec.Wrap(c, json.RawMessage(fmt.Sprintf(`"stage %d"`, i)))
+		if i == 0 {
+			continue
+		}
+		_, errNew := codec.Unwrap(c, written[i-1])
+		_, errOld := codec.Unwrap(codecs[i-1], written[i])
+		fmt.Printf("stages %d and %d read each other: %v\n", i-1, i, errNew == nil && errOld == nil)
+	}
+	_, err := codec.Unwrap(codecs[3], written[0])
+	fmt.Println(err)
+	// Output:
+	// stages 0 and 1 read each other: true
+	// stages 1 and 2 read each other: true
+	// stages 2 and 3 read each other: true
+	// decode payload: aes-gcm: payload was encrypted with key "2025-01", which this codec does not have (it has ["2025-07"]): pass that key to AESGCMKeys as an old key
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -304,13 +305,95 @@ func (s codecStorage) FireTimersClaiming(ctx context.Context, in store.FireTimer
 	return f, s.decodeReady(store.Ready{WorkflowTasks: tasks}).WorkflowTasks, err
 }
 
+// SignalRun refuses, writing nothing, a payload for a run that this
+// engine's codec cannot decode (see checkRunDecodes).
 func (s codecStorage) SignalRun(ctx context.Context, in store.SignalParams, event history.Attributes) (store.Ready, error) {
 	ev, err := s.encodeEvent(event)
 	if err != nil {
 		return store.Ready{}, fmt.Errorf("%s to workflow %q: %w", event.EventType(), in.WorkflowID, err)
 	}
+	if err := s.checkRunDecodes(ctx, in.WorkflowID, event); err != nil {
+		return store.Ready{}, fmt.Errorf("%s to workflow %q: %w", event.EventType(), in.WorkflowID, err)
+	}
 	ready, err := s.storage.SignalRun(ctx, in, ev)
 	return s.decodeReady(ready), err
+}
+
+// ErrCodecMismatch is returned by Signal, SignalTx and SignalWithStart, and
+// nothing is written, when this engine's codec cannot decode what the run
+// it would write to already holds: the engines that run it could not have
+// decoded what it would write either (a wrong key, or a key the others do
+// not have yet).
+var ErrCodecMismatch = errors.New("this engine's codec cannot decode the run it would write to")
+
+// checkRunDecodes returns an error wrapping ErrCodecMismatch if event
+// carries a payload and this engine's codec cannot decode a payload that
+// the open run of workflowID holds: its input, or, for a run started before
+// the codec was turned on, its newest encoded payload. A run that holds no
+// encoded payload, a missing or closed run (SignalRun reports those), an
+// event without a payload (a cancel request) and an engine without a codec
+// (its payloads are plain, which every engine reads) pass.
+//
+// Only the payload writes that can come from an engine that never read the
+// run need this: workers write into a run after decoding its history.
+func (s codecStorage) checkRunDecodes(ctx context.Context, workflowID string, event history.Attributes) error {
+	if s.c == nil {
+		return nil
+	}
+	carries := false
+	if _, err := mapPayloads(event, func(p json.RawMessage) (json.RawMessage, error) {
+		carries = carries || len(p) > 0
+		return p, nil
+	}); err != nil || !carries {
+		return err
+	}
+	r, err := s.storage.GetRunByWorkflowID(ctx, workflowID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case r.ClosedAt != nil:
+		return nil
+	}
+	derr := field("input", &r.Input, s.decode)
+	if derr == nil && !codec.IsWrapped(r.Input) {
+		if derr, err = s.newestPayloadDecodes(ctx, r.RunID); err != nil {
+			return err
+		}
+	}
+	if derr != nil {
+		return fmt.Errorf("%w: run %s %w; nothing was written: give this engine the run's key in engine.Options.Codec "+
+			"(in a key rotation, every engine first gets the new key as an old key: see docs/encryption.md)", ErrCodecMismatch, r.RunID, derr)
+	}
+	return nil
+}
+
+// newestPayloadDecodes returns the error of decoding the newest encoded
+// payload of the run's history, nil if it decodes or there is none; err is
+// the error of reading the history.
+func (s codecStorage) newestPayloadDecodes(ctx context.Context, runID string) (derr, err error) {
+	events, err := s.storage.ListEvents(ctx, runID, 0)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(events) - 1; i >= 0; i-- {
+		encoded := false
+		_, derr := mapPayloads(events[i].Attributes, func(p json.RawMessage) (json.RawMessage, error) {
+			if !codec.IsWrapped(p) {
+				return p, nil
+			}
+			encoded = true
+			return s.decode(p)
+		})
+		if derr != nil {
+			return fmt.Errorf("event %d: %w", events[i].ID, derr), nil
+		}
+		if encoded {
+			return nil, nil
+		}
+	}
+	return nil, nil
 }
 
 func (s codecStorage) HeartbeatActivity(ctx context.Context, in store.HeartbeatParams) error {

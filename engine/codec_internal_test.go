@@ -308,3 +308,40 @@ func FuzzCodecEvent(f *testing.F) {
 		require.Equal(t, string(want), string(got))
 	})
 }
+
+// TestCodecSignalIsCheckedAgainstWhatTheRunHolds: a run started without a
+// codec holds no encoded input, so a signal is checked against the newest
+// encoded payload of its history; a cancel request, which carries no
+// payload, and a plain payload from an engine without a codec pass.
+func TestCodecSignalIsCheckedAgainstWhatTheRunHolds(t *testing.T) {
+	t.Parallel()
+	s := setupCodecStores(t)
+	ctx, now := s.ctx, s.now
+	runID := uuid.NewString()
+	_, err := s.none.CreateRun(ctx, store.CreateRunParams{RunID: runID, WorkflowID: "w", WorkflowType: "W", Queue: "q", Input: json.RawMessage(`1`), Now: now})
+	require.NoError(t, err)
+	signal := func(st storage, payload string) error {
+		_, err := st.SignalRun(ctx, store.SignalParams{WorkflowID: "w", Now: now}, history.SignalReceived{Name: "s", Payload: json.RawMessage(payload)})
+		return err
+	}
+	require.NoError(t, signal(s.key1, `"first"`), "nothing encoded yet: the first key decides")
+	err = signal(s.key2, `"wrong"`)
+	require.ErrorIs(t, err, ErrCodecMismatch)
+	require.ErrorContains(t, err, "event 2: signal_received payload: decode payload: aes-gcm")
+	require.NoError(t, signal(s.none, `"plain"`), "a plain payload is read by every engine")
+	require.ErrorIs(t, signal(s.key2, `"wrong"`), ErrCodecMismatch, "plain payloads are skipped for the newest encoded one")
+	require.NoError(t, signal(s.key1, `"right"`))
+	_, err = s.key2.SignalRun(ctx, store.SignalParams{WorkflowID: "w", Now: now}, history.WorkflowCancelRequested{Reason: "stop"})
+	require.NoError(t, err, "a cancel request carries no payload")
+	events, err := s.key1.ListEvents(ctx, runID, 0)
+	require.NoError(t, err)
+	var got []string
+	for _, e := range events[1:] {
+		if sr, ok := e.Attributes.(history.SignalReceived); ok {
+			got = append(got, string(sr.Payload))
+			continue
+		}
+		got = append(got, e.Type())
+	}
+	require.Equal(t, []string{`"first"`, `"plain"`, `"right"`, "workflow_cancel_requested"}, got, "the refused signals wrote nothing")
+}

@@ -372,3 +372,44 @@ func TestCodecEncodeErrorFailsTheWriteCleanly(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "fine+ok", got)
 }
+
+// TestCodecWrongKeyCannotWriteIntoARun: an engine with the wrong key, which
+// cannot read a run, cannot write a payload into it either: its signals are
+// refused before anything is written, and the run carries on with the
+// engine that has its key.
+func TestCodecWrongKeyCannotWriteIntoARun(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := resultCtx(t)
+	c := &codecFlows{}
+	right := newEngine(t, pool, engine.Options{Codec: aesCodec(t, 1)})
+	c.register(t, right)
+	run(t, right)
+	wrong := newEngine(t, pool, engine.Options{Codec: aesCodec(t, 2)})
+	c.register(t, wrong)
+	r, err := engine.Start(ctx, right, c.Waiter, secret+"-waiter", engine.StartOptions{ID: "wrong-signal"})
+	require.NoError(t, err)
+
+	requireRefused := func(err error) {
+		t.Helper()
+		require.ErrorIs(t, err, engine.ErrCodecMismatch)
+		require.ErrorContains(t, err, "run "+r.RunID+" input")
+		require.ErrorContains(t, err, `does not decrypt with key ""`, "the error names the key")
+		require.ErrorContains(t, err, "engine.Options.Codec", "the error says what to do")
+	}
+	requireRefused(engine.Signal(ctx, wrong, "wrong-signal", "never", "-wrong"))
+	_, err = engine.SignalWithStart(ctx, wrong, c.Waiter, "unused", engine.StartOptions{ID: "wrong-signal"}, "never", "-wrong")
+	requireRefused(err)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	requireRefused(engine.SignalTx(ctx, wrong, tx, "wrong-signal", "never", "-wrong"))
+	require.NoError(t, tx.Commit(ctx), "the refusal leaves the caller's transaction usable")
+	events, err := right.History(ctx, "wrong-signal")
+	require.NoError(t, err)
+	require.NotContains(t, eventTypes(events), "signal_received", "nothing was written")
+
+	require.NoError(t, engine.Signal(ctx, right, "wrong-signal", "never", "-right"))
+	got, err := r.Result(ctx)
+	require.NoError(t, err, "the run stays healthy")
+	require.Equal(t, secret+"-waiter-right", got)
+}

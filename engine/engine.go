@@ -31,8 +31,13 @@ type Options struct {
 	Queues map[string]QueueOptions
 	// Logger receives the engine's logs. Default slog.Default().
 	Logger *slog.Logger
-	// NowFunc is the engine's clock: every time the engine writes or compares
-	// comes from it. Default time.Now. Tests pass a fake clock.
+	// NowFunc is the time-skipping test hook (package durabletest sets it to
+	// its fake clock): when set, every time the engine writes or compares
+	// comes from it as is. Do not set it in production: the database's clock
+	// decides. Default: the database's clock (read in New and once a minute
+	// after, and carried forward by the process's monotonic clock), so that
+	// a worker whose own clock is wrong neither fires a timer early nor takes
+	// a live claim (see docs/reliability.md).
 	NowFunc func() time.Time
 	// WorkerID names this engine's claims. Default host:pid:random.
 	WorkerID string
@@ -110,6 +115,9 @@ type Options struct {
 
 	// wrapStorage, set by tests, wraps the engine's storage (fault injection).
 	wrapStorage func(storage) storage
+	// osNowFunc is the process's own clock. Default time.Now. Tests set it
+	// to a clock that is wrong (skewed) to show that it decides nothing.
+	osNowFunc func() time.Time
 }
 
 // QueueOptions configure the workers of one queue.
@@ -162,8 +170,8 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.NowFunc == nil {
-		o.NowFunc = time.Now
+	if o.osNowFunc == nil {
+		o.osNowFunc = time.Now
 	}
 	if o.WorkerID == "" {
 		host, _ := os.Hostname()
@@ -247,6 +255,7 @@ type Engine struct {
 	backlog *activityBacklog // activities this engine could not hand off
 	wakes   wakeups          // soon-due timers of cached runs (timerfire.go)
 	hub     *hub
+	nowFunc func() time.Time // the engine's clock: Options.NowFunc, or the database's
 	running atomic.Bool
 	pools   atomic.Pointer[pools] // set while Run runs
 	// handoffMu orders Start's hand-offs before Run drops its pools.
@@ -302,6 +311,14 @@ func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
 	} else if _, err := postgres.Migrate(ctx, pool); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
+	e.nowFunc = opts.NowFunc
+	if e.nowFunc == nil {
+		c, err := newDBClock(ctx, postgres.New(pool).Now, opts.osNowFunc, e.log)
+		if err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		e.nowFunc = c.now
+	}
 	// Metrics last: a New that failed above (the database down, say) leaves
 	// the registry as it was, so it can simply be called again.
 	if err := e.registerMetrics(); err != nil {
@@ -341,8 +358,12 @@ func NewReplayer(opts Options) (*Engine, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
+	now := opts.NowFunc
+	if now == nil {
+		now = opts.osNowFunc // a replay compares no times with a database
+	}
 	return &Engine{
-		opts: opts, log: opts.Logger,
+		opts: opts, log: opts.Logger, nowFunc: now,
 		workflows: map[string]*workflowDef{}, activities: map[string]*activityDef{}, names: map[uintptr]string{},
 		cache: newRunCache(0), metrics: newMetrics(), tracer: newTracer(opts.TracerProvider),
 	}, nil
@@ -374,4 +395,4 @@ func (e *Engine) needDB() error {
 // event's time is what workflow.Now returns while the event is applied: a
 // run that applies an event it wrote (a hand-off, a fused step) must see
 // the time a replay will read back.
-func (e *Engine) now() time.Time { return e.opts.NowFunc().Truncate(time.Microsecond) }
+func (e *Engine) now() time.Time { return e.nowFunc().Truncate(time.Microsecond) }

@@ -26,7 +26,9 @@ const (
 // Signal sends v to the open run of workflowID under name. Signals are
 // history events: delivered in the order sent, never lost, whether or not
 // the workflow waits for them yet (workflow.GetSignalChannel). A workflow
-// ID with no open run is an error: ErrRunNotFound or ErrRunClosed.
+// ID with no open run is an error: ErrRunNotFound or ErrRunClosed. With
+// Options.Codec, a run whose payloads the codec cannot decode (a wrong key)
+// is refused with ErrCodecMismatch, and nothing is written.
 //
 // An error does not always mean that the signal was not delivered: a timeout
 // may come after it was recorded, and sending it again then delivers it
