@@ -8,7 +8,7 @@
 // event and its run's ready workflow task are written in the transaction that
 // deletes the timer's row. Any number of scanners may run against one database;
 // each timer fires exactly once, and never before its time by the engine's
-// clock.
+// clock, which in production is the database's (see engine.Options.NowFunc).
 //
 // A timer canceled by workflow code (workflow.Timer.Cancel) loses its row in
 // the transaction that commits the cancellation; if it fired just before, the

@@ -37,7 +37,8 @@ type FiredTimer struct {
 
 // Options configure a Scanner.
 type Options struct {
-	// NowFunc is the clock timers are due by. Default time.Now.
+	// NowFunc is the clock timers are due by. Default time.Now. The engine
+	// passes its own: the database's clock, or a test's.
 	NowFunc func() time.Time
 	// BatchSize is how many timers one transaction fires. Default 500.
 	BatchSize int

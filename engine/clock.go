@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
+
+// The engine's clock decides every lease, claim, due time and timer fire,
+// and every engine on a database compares its times with the others'. So,
+// unless Options.NowFunc is set (a test's clock), it is the database's: a
+// dbClock reads the database's clock now and then and carries it forward
+// by the process's monotonic clock, which a wrong or stepped wall clock
+// does not move. A read costs a round trip once a minute; the clock itself
+// costs a time.Now and an atomic load.
+
+// clockResync is how old the database's reading may grow before the
+// clock reads it again.
+const clockResync = time.Minute
+
+// clockDrift bounds how fast two clocks that tick at their own rates drift
+// apart: 100 parts per million, an uncorrected quartz clock's worst.
+const clockDrift = 10_000
+
+// dbClock is the database's clock carried forward by the process's.
+type dbClock struct {
+	read  func(context.Context) (time.Time, error) // the database's clock
+	local func() time.Time                         // the process's: time.Now
+	log   *slog.Logger
+
+	base    atomic.Pointer[clockReading]
+	latest  atomic.Int64 // the latest time now returned, in Unix nanoseconds
+	syncing atomic.Bool  // a read is under way
+	failing atomic.Bool  // the last read failed: warned
+}
+
+// clockReading pairs the database's clock with the process's.
+type clockReading struct {
+	db    time.Time // the database's clock at local
+	local time.Time // the process's clock, with its monotonic reading
+	// off bounds how far db may be off: half the read's round trip.
+	off time.Duration
+	// tried is when the process last tried to read the database's clock.
+	tried time.Time
+}
+
+// newDBClock returns the database's clock as read now; it fails if the
+// database does not answer.
+func newDBClock(ctx context.Context, read func(context.Context) (time.Time, error), local func() time.Time, log *slog.Logger) (*dbClock, error) {
+	c := &dbClock{read: read, local: local, log: log}
+	if err := c.sync(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// now returns the database's clock. Once a minute it is read again in
+// the background; the clock goes on meanwhile. It never goes back: a new
+// reading a little behind the last one carried forward holds the clock
+// still until it catches up.
+func (c *dbClock) now() time.Time {
+	b, l := c.base.Load(), c.local()
+	if l.Sub(b.tried) >= clockResync && c.syncing.CompareAndSwap(false, true) {
+		go c.resync()
+	}
+	t := b.db.Add(l.Sub(b.local)) // monotonic when both readings have one
+	for n := t.UnixNano(); ; {
+		latest := c.latest.Load()
+		if n <= latest {
+			return time.Unix(0, latest).In(t.Location())
+		}
+		if c.latest.CompareAndSwap(latest, n) {
+			return t
+		}
+	}
+}
+
+// resync reads the database's clock again. If the database does not
+// answer, the clock goes on from its last reading, and says so once.
+func (c *dbClock) resync() {
+	defer c.syncing.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := c.sync(ctx)
+	switch {
+	case err == nil:
+		if c.failing.CompareAndSwap(true, false) {
+			c.log.LogAttrs(ctx, slog.LevelInfo, "the database's clock is read again")
+		}
+	case c.failing.CompareAndSwap(false, true):
+		c.log.LogAttrs(ctx, slog.LevelWarn, "the database's clock could not be read; the engine carries its last reading forward by the process's clock until it can",
+			slog.String("error", err.Error()), slog.Duration("since_reading", c.local().Sub(c.base.Load().local)))
+	}
+}
+
+// sync reads the database's clock and keeps the reading, unless the last
+// one, carried forward, is the more precise (the read was slow).
+func (c *dbClock) sync(ctx context.Context) error {
+	before := c.local()
+	db, err := c.read(ctx)
+	after := c.local()
+	last := c.base.Load()
+	if err != nil {
+		if last != nil {
+			c.base.Store(&clockReading{db: last.db, local: last.local, off: last.off, tried: after})
+		}
+		return err
+	}
+	off := after.Sub(before) / 2
+	r := &clockReading{db: db.Add(off), local: after, off: off, tried: after}
+	if last != nil && off > last.off+after.Sub(last.local)/clockDrift {
+		r = &clockReading{db: last.db, local: last.local, off: last.off, tried: after}
+	}
+	c.base.Store(r)
+	return nil
+}
