@@ -141,8 +141,15 @@ func (e *Engine) attempt(ctx context.Context, t store.ActivityTask, def *activit
 			return nil, false, nil
 		}
 	}
-	if err != nil && ctx.Err() != nil {
-		return nil, false, nil // cut short by shutdown
+	if ctx.Err() != nil {
+		// Cut short by shutdown: Run gives the task back, its attempt
+		// unspent, and may have returned already. An activity that ignored
+		// the cancellation and returned a result is not recorded either;
+		// the task runs again.
+		if err == nil {
+			e.log.LogAttrs(ctx, slog.LevelWarn, "activity returned a result after shutdown cancelled it; not recorded: the task was given back and runs again", attrs...)
+		}
+		return nil, false, nil
 	}
 	return out, true, err
 }

@@ -21,6 +21,16 @@ import (
 // Options.ShutdownTimeout, then cancels the activities still running, gives
 // back every claim it holds, and returns nil. Claimed work is finished or
 // released, never stranded.
+//
+// An activity that ignores its cancelled context does not hold Run up: Run
+// waits for the cancelled tasks at most shutdownGrace more (a second, or
+// ShutdownTimeout if that is shorter) and returns. Go cannot stop a
+// goroutine, so such an activity's goroutine runs on after Run returned,
+// until the function returns; its claim was given back with the others
+// (the task runs again, on this engine's next Run or another worker), and
+// what it returns is not recorded: the engine drops a result that comes
+// after shutdown cancelled its attempt, and the store refuses any write
+// of a superseded attempt (fencing, see docs/reliability.md).
 func (e *Engine) Run(ctx context.Context) error {
 	if err := e.needDB(); err != nil {
 		return err
@@ -116,17 +126,30 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.pools.Store(nil) // no more hand-offs
 	e.handoffMu.Unlock()
 
-	done := make(chan struct{})
-	go func() { wg.Wait(); tasks.Wait(); stopGroup(); close(done) }()
+	polled := make(chan struct{}) // the pollers, the scanner and the gauges stopped
+	go func() { wg.Wait(); close(polled) }()
+	done := make(chan struct{}) // and every task returned
+	go func() { <-polled; tasks.Wait(); close(done) }()
 	t := time.NewTimer(e.opts.ShutdownTimeout)
 	select {
 	case <-done:
 	case <-t.C:
 		e.log.LogAttrs(hard, slog.LevelWarn, "shutdown timeout: cancelling running activities")
 		cancelHard()
-		<-done
+		grace := time.NewTimer(shutdownGrace(e.opts.ShutdownTimeout))
+		select {
+		case <-done:
+		case <-grace.C:
+			// Go cannot stop a goroutine: a task that ignores its
+			// cancelled context runs on, detached. Its claim is given back
+			// below, and what it returns is not recorded (see attempt).
+			<-polled // they run no user code, and claim nothing after this
+			e.log.LogAttrs(hard, slog.LevelWarn, "shutdown: tasks that ignore cancellation are left running; their claims are given back and what they return will not be recorded")
+		}
+		grace.Stop()
 	}
 	t.Stop()
+	stopGroup() // a task left running writes without it
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -142,6 +165,10 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.log.LogAttrs(rctx, slog.LevelInfo, "engine stopped", slog.String("worker", e.opts.WorkerID))
 	return nil
 }
+
+// shutdownGrace is how long Run waits, once it has cancelled the tasks still
+// running at the end of ShutdownTimeout, for them to return.
+func shutdownGrace(timeout time.Duration) time.Duration { return min(timeout, time.Second) }
 
 // pools are the running engine's worker pools, by queue.
 type pools struct {
