@@ -58,6 +58,18 @@ type Options struct {
 	// ShutdownTimeout bounds how long Run waits, after its context is done,
 	// for running activities to finish before cancelling them. Default 30s.
 	ShutdownTimeout time.Duration
+	// WorkflowDeadlockTimeout is how long workflow code may run without
+	// yielding (returning, or a blocking workflow call such as a Future's
+	// Get or workflow.Sleep) before its workflow task fails with a
+	// *workflow.DeadlockError naming the run and where the code was: a
+	// loop that makes no such call would otherwise hold a workflow slot,
+	// and an eager Start, for ever. The task is retried like a panicked
+	// one; Go cannot stop the goroutine, which runs on, detached, until it
+	// yields (see workflow.DeadlockError). A Start whose context ends
+	// sooner does not run the first task itself; Run, stopping, waits no
+	// longer than this for such a task. Negative turns the bound off (for
+	// stepping through workflow code in a debugger). Default 1s.
+	WorkflowDeadlockTimeout time.Duration
 	// MaxPayloadBytes is the largest input or result accepted, encoded.
 	// Default 2 MiB.
 	MaxPayloadBytes int
@@ -188,6 +200,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ShutdownTimeout == 0 {
 		o.ShutdownTimeout = 30 * time.Second
+	}
+	if o.WorkflowDeadlockTimeout == 0 {
+		o.WorkflowDeadlockTimeout = time.Second
 	}
 	if o.MaxPayloadBytes == 0 {
 		o.MaxPayloadBytes = 2 << 20

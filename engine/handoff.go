@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"math"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/wfexec"
+	"github.com/durable-go/durable/workflow"
 )
 
 // The pieces every way of running a workflow task shares: a task claimed
@@ -21,7 +24,18 @@ func (e *Engine) newExecutor(t store.WorkflowTask, def *workflowDef) wfexec.Exec
 	return wfexec.New(wfexec.Options{
 		RunID: t.RunID, WorkflowID: t.WorkflowID, WorkflowType: t.WorkflowType,
 		Func: def.run, ResolveActivity: e.resolveActivity, ResolveWorkflow: e.resolveWorkflow, Logger: e.log,
+		DeadlockTimeout: e.opts.WorkflowDeadlockTimeout,
 	})
+}
+
+// deadlockStack is the log attribute of the stack where the workflow code
+// of err, a *workflow.DeadlockError, was running when its task gave up.
+func deadlockStack(err error) slog.Attr {
+	var de *workflow.DeadlockError
+	if !errors.As(err, &de) {
+		return slog.String("stack", "")
+	}
+	return slog.String("stack", de.Stack)
 }
 
 // taskSpan starts the span of a workflow task of t's run, in the run's trace.

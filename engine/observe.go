@@ -98,7 +98,7 @@ func newMetrics() *metrics {
 			Name: "durable_activity_run_ahead_total", Help: "Activities started before the workflow task that scheduled them committed (Options.ActivityRunAhead), per result: merged (the outcome committed with the schedule), recorded (the schedule committed first, the outcome after), dropped (the schedule did not commit; the activity runs again).",
 		}, []string{"result"}),
 		taskFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "durable_workflow_task_failures_total", Help: "Failed workflow tasks, per reason: panic, nondeterminism, unregistered, other.",
+			Name: "durable_workflow_task_failures_total", Help: "Failed workflow tasks, per reason: panic, nondeterminism, deadlock, unregistered, other.",
 		}, []string{"reason"}),
 	}
 }

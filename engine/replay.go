@@ -67,6 +67,7 @@ func (e *Engine) replayed(ctx context.Context, h history.History) (wfexec.Execut
 	x := wfexec.New(wfexec.Options{
 		RunID: h.RunID, WorkflowID: started.WorkflowID, WorkflowType: started.WorkflowType,
 		Func: def.run, ResolveActivity: e.resolveActivity, ResolveWorkflow: e.resolveWorkflow, Logger: e.log,
+		DeadlockTimeout: e.opts.WorkflowDeadlockTimeout,
 	})
 	if err := x.Apply(h.Events, math.MaxInt64); err != nil {
 		x.Close()
@@ -167,7 +168,8 @@ func (e *Engine) ReplayTrace(ctx context.Context, h history.History, until int64
 	x := wfexec.New(wfexec.Options{
 		RunID: h.RunID, WorkflowID: started.WorkflowID, WorkflowType: started.WorkflowType,
 		Func: def.run, ResolveActivity: e.resolveActivity, ResolveWorkflow: e.resolveWorkflow, Logger: e.log,
-		Trace: func(id int64, kind, text string) { fn(TraceStep{EventID: id, Kind: kind, Text: text}) },
+		DeadlockTimeout: e.opts.WorkflowDeadlockTimeout,
+		Trace:           func(id int64, kind, text string) { fn(TraceStep{EventID: id, Kind: kind, Text: text}) },
 	})
 	defer x.Close()
 	if err := x.Apply(h.Events, math.MaxInt64); err != nil {

@@ -146,7 +146,10 @@ func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any
 		eager func(store.Run, error)
 	)
 	if !inTx {
-		if eager = e.eagerStart(ctx, &params); eager == nil {
+		if e.eagerFits(ctx) {
+			eager = e.eagerStart(ctx, &params)
+		}
+		if eager == nil {
 			var done func()
 			p, done = e.reserveFirstTask(name, queue)
 			defer done()
@@ -456,6 +459,18 @@ func (e *Engine) describe(ctx context.Context, runID string) (RunInfo, error) {
 		info.PendingTimers = append(info.PendingTimers, PendingTimer{FireAt: t.FireAt})
 	}
 	return info, nil
+}
+
+// eagerFits reports whether ctx leaves an eager start the time its workflow
+// code may take: up to Options.WorkflowDeadlockTimeout, if it does not
+// yield, before the start goes the ordinary way. With less, the run's first
+// task runs on a worker, and Start waits only for the insert.
+func (e *Engine) eagerFits(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	deadline, ok := ctx.Deadline()
+	return !ok || e.opts.WorkflowDeadlockTimeout < 0 || time.Until(deadline) > e.opts.WorkflowDeadlockTimeout
 }
 
 // reserveFirstTask reserves a workflow slot on queue for the first task of a

@@ -430,6 +430,9 @@ func (e *Engine) failWorkflowTask(ctx context.Context, t store.WorkflowTask, att
 		reason = "nondeterminism"
 	case errors.Is(cause, errUnregistered):
 		reason = "unregistered"
+	case errors.As(cause, new(*workflow.DeadlockError)):
+		attrs = append(attrs, deadlockStack(cause))
+		reason = "deadlock"
 	}
 	e.metrics.taskFailures.WithLabelValues(reason).Inc()
 	e.log.LogAttrs(ctx, level, "workflow task failed; the run waits and the task is retried",

@@ -161,4 +161,32 @@
 // with a *[PanicError] holding the value and stack, which the engine logs and
 // keeps on the run; the worker goes on serving other runs, and the task is
 // retried with growing delays until fixed code is deployed.
+//
+// # Loops and long computations: yield, or use an activity
+//
+// Workflow code must yield (return, or make a blocking call) within the
+// engine's deadlock bound, engine.Options.WorkflowDeadlockTimeout (1s by
+// default). A loop that makes no blocking workflow call, such as
+//
+//	for !done { } // done is set by nothing that can run meanwhile
+//
+// or a long computation, would otherwise hold the worker's slot, and an
+// eager Start, for ever. The engine's deadlock detector (Temporal's has the
+// same name and bound) fails the workflow task instead, with a
+// *[DeadlockError] naming the run, the file:line where the code was, and its
+// stack; like a panic, the run does not fail and the task is retried with
+// growing delays until fixed code is deployed. Compute in an activity; wait
+// with [Await] on a condition, or with [Sleep].
+//
+// Go cannot stop a goroutine, so the code that did not yield goes on running
+// on its own goroutine, using a CPU, until it yields or returns; a loop that
+// never ends runs until the process exits. It can never write: the executor
+// it belonged to is poisoned (every later step of it fails with the same
+// error) and discarded, never committed nor kept in the worker's cache; at
+// its next blocking call the goroutine exits, and what it produced is
+// dropped. Its run's other coroutines wait, parked, until it has exited, so
+// that workflow code never runs on two goroutines at once. While it runs,
+// every task of its run on that process fails at once with its error rather
+// than run the code again, so a run leaves one such goroutine per process,
+// not one per retry. Terminating the run does not stop it either.
 package workflow

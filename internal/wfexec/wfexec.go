@@ -29,6 +29,10 @@ type Options struct {
 	// ResolveWorkflow returns the registered name and queue of a workflow
 	// function passed to workflow.ExecuteChildWorkflow.
 	ResolveWorkflow func(fn any) (name, queue string)
+	// DeadlockTimeout is how long workflow code may run without yielding
+	// (returning, or a blocking workflow call) before its task fails with a
+	// *workflow.DeadlockError. Zero means 1s; negative, no bound.
+	DeadlockTimeout time.Duration
 	// Logger is the base of workflow.Logger.
 	Logger *slog.Logger
 	// Trace, if set, is told each step of the replay: kind is "event" (an
@@ -45,8 +49,10 @@ type Executor interface {
 	// delivers something. Events with IDs up to replayedUpTo were processed
 	// by an earlier task, so the workflow logger is silent for them. A
 	// mismatch between history and code returns a *workflow.NonDeterminismError,
-	// a panic in workflow code a *workflow.PanicError; the executor is then
-	// unusable and must be closed.
+	// a panic in workflow code a *workflow.PanicError, code that does not
+	// yield within Options.DeadlockTimeout a *workflow.DeadlockError (and so
+	// does every later Apply: the executor is poisoned); the executor is then
+	// unusable and must be closed, and nothing it produced committed.
 	Apply(events []history.Event, replayedUpTo int64) error
 	// TakeCommands returns the commands produced since the last call that
 	// history does not hold yet, in order.
