@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/durable-go/durable/internal/wfexec"
 )
 
 // dispatcher runs a workflow's coroutines one at a time. Each coroutine is a
@@ -20,9 +22,10 @@ type dispatcher struct {
 	current *coroutine
 	closing bool
 
-	w       watchdog       // bounds each wait for a coroutine to yield
-	dead    *DeadlockError // set once the dispatcher is poisoned: it runs nothing more
-	spinner *coroutine     // the coroutine it abandoned, if it did
+	opts    *wfexec.Options // the executor's: the run and the deadlock bound
+	w       watchdog        // bounds each wait for a coroutine to yield
+	dead    *DeadlockError  // set once the dispatcher is poisoned: it runs nothing more
+	spinner *coroutine      // the coroutine it abandoned, if it did
 }
 
 type coroutine struct {

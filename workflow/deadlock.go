@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/durable-go/durable/internal/wfexec"
 )
@@ -62,14 +61,8 @@ var (
 	spinners atomic.Int64
 )
 
-// options returns the options of the executor d is part of. Every dispatcher
-// is the d field of an executor; newExecutor does not hand the dispatcher
-// its options, so it finds them from its own address (checkptr, on under
-// go test -race, checks that the result stays in the executor).
-func (d *dispatcher) options() *wfexec.Options {
-	x := (*executor)(unsafe.Add(unsafe.Pointer(d), -int(unsafe.Offsetof(executor{}.d))))
-	return &x.opts
-}
+// options returns the options of the executor d is part of.
+func (d *dispatcher) options() *wfexec.Options { return d.opts }
 
 // bound is how long a coroutine may run without yielding; 0 means forever.
 func (d *dispatcher) bound() time.Duration {

@@ -84,6 +84,7 @@ func newExecutor(o wfexec.Options) *executor {
 	x := &executor{opts: o, fn: fn, futures: map[int64]*future{}, recorded: map[int64]json.RawMessage{}, canceled: map[int64]bool{},
 		signals: map[string][]json.RawMessage{}, versions: map[string]int{}, asked: map[string]bool{},
 		queries: map[string]func() (json.RawMessage, error){}}
+	x.d.opts = &x.opts
 	base := o.Logger
 	if base == nil {
 		base = slog.Default()
@@ -134,8 +135,10 @@ func (x *executor) TimerPending(seq int64) bool {
 func (x *executor) Close() { x.d.close() }
 
 func (x *executor) TakeCommands() []history.Attributes {
-	if x.terminated {
-		return nil // the run is closed: nothing more is recorded
+	if x.terminated || x.d.dead != nil {
+		// The run is closed, or its code ran past the deadlock bound:
+		// nothing more is recorded.
+		return nil
 	}
 	var out []history.Attributes
 	for _, c := range x.pending {
