@@ -7,6 +7,13 @@ import (
 	"time"
 )
 
+// ErrCanceled is the cause an activity's context is canceled with, and the
+// error [RecordHeartbeat] wraps, when the activity's workflow no longer
+// wants its outcome: the workflow canceled it (its run was canceled, or it
+// gave up on it), or the run closed. The attempt should stop and return;
+// its outcome is not recorded. Test for it with errors.Is.
+var ErrCanceled = errors.New("activity canceled: its workflow canceled it or closed")
+
 // Error classes of the two wrappers, as returned by [ErrorClass].
 const (
 	classPermanent   = "permanent"

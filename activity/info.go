@@ -65,9 +65,10 @@ func NewContext(ctx context.Context, info Info) context.Context {
 // resume from.
 //
 // RecordHeartbeat returns an error if details cannot be encoded or if the
-// engine refused the heartbeat, which it does when the attempt's lease was lost.
-// After such a refusal another worker may run the activity, so the attempt
-// should stop and return the error. Without a function installed by
+// engine refused the heartbeat, which it does when the attempt's lease was lost
+// (another worker may run the activity now) or when the workflow canceled the
+// activity or closed (the error wraps [ErrCanceled], and ctx is canceled with
+// it as its cause). Either way the attempt should stop and return the error. Without a function installed by
 // [WithHeartbeatFunc], RecordHeartbeat only checks that details encode.
 func RecordHeartbeat(ctx context.Context, details any) error {
 	b, err := json.Marshal(details)

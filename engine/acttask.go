@@ -136,6 +136,9 @@ func (e *Engine) attempt(ctx context.Context, t store.ActivityTask, def *activit
 		if errors.Is(cause, errScheduleLost) {
 			return nil, false, nil // runAheadAttempt logs it
 		}
+		if errors.Is(cause, activity.ErrCanceled) {
+			return nil, false, nil // the heartbeat logged it; there is no one to report to
+		}
 		if errors.Is(cause, store.ErrLeaseLost) {
 			e.log.LogAttrs(ctx, slog.LevelWarn, "activity attempt lost its lease; another attempt owns the task", attrs...)
 			return nil, false, nil
@@ -209,8 +212,14 @@ func (h *heartbeater) beat(ctx context.Context, details []byte) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.lease)
 	defer cancel()
 	err := h.e.store.HeartbeatActivity(wctx, store.HeartbeatParams{
-		TaskID: h.t.ID, Attempt: h.t.Attempt, Details: details, LockedUntil: h.e.now().Add(h.lease),
+		TaskID: h.t.ID, Attempt: h.t.Attempt, RunID: h.t.RunID, Seq: h.t.Seq,
+		Details: details, LockedUntil: h.e.now().Add(h.lease),
 	})
+	if errors.Is(err, store.ErrActivityCanceled) {
+		h.e.log.LogAttrs(ctx, slog.LevelInfo, "activity canceled: its workflow canceled it or closed; this attempt stops", h.attrs...)
+		h.cancel(activity.ErrCanceled)
+		return fmt.Errorf("activity %s attempt %d: %w", h.t.Activity, h.t.Attempt, activity.ErrCanceled)
+	}
 	if errors.Is(err, store.ErrLeaseLost) {
 		h.e.metrics.staleWrites.WithLabelValues("heartbeat").Inc()
 		h.e.log.LogAttrs(ctx, slog.LevelWarn, "heartbeat refused: the task was claimed again; this attempt stops", h.attrs...)

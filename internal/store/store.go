@@ -33,6 +33,10 @@ var (
 	// saw it: it has other new events, or it closed. Nothing changes; the
 	// outcome is to be recorded on its own (ResolveActivity).
 	ErrRunMoved = errors.New("run moved on")
+	// ErrActivityCanceled is returned by HeartbeatActivity when the
+	// activity's task is gone because its workflow canceled the activity
+	// or its run closed, not because another attempt took it.
+	ErrActivityCanceled = errors.New("activity canceled")
 )
 
 // Run statuses.
@@ -461,6 +465,10 @@ type ResolveActivityParams struct {
 type HeartbeatParams struct {
 	TaskID  int64
 	Attempt int
+	// RunID and Seq name the activity in its run (RunID is empty for a
+	// standalone job), to tell a canceled activity from a lost claim.
+	RunID string
+	Seq   int64
 	// Details are kept for the next attempt.
 	Details json.RawMessage
 	// LockedUntil is the extended end of the claim.
@@ -625,7 +633,9 @@ type Store interface {
 	TerminateRun(ctx context.Context, in TerminateParams) (Ready, error)
 
 	// HeartbeatActivity keeps the details and extends the claim. It returns
-	// ErrLeaseLost if the claim no longer holds.
+	// ErrActivityCanceled if the activity's run canceled it or closed
+	// without an outcome of it, and ErrLeaseLost if the claim no longer
+	// holds for any other reason.
 	HeartbeatActivity(ctx context.Context, in HeartbeatParams) error
 	// EnqueueJob adds a standalone job unless a job with its idempotency key
 	// is pending; it returns the job's task ID and whether it existed.

@@ -309,9 +309,42 @@ func (s *Store) HeartbeatActivity(ctx context.Context, in store.HeartbeatParams)
 		return fmt.Errorf("heartbeat activity task %d: %w", in.TaskID, translate(err))
 	}
 	if tag.RowsAffected() == 0 {
-		return store.ErrLeaseLost
+		return s.heartbeatRefused(ctx, in)
 	}
 	return nil
+}
+
+// heartbeatRefusedSQL tells, for an activity whose heartbeat found no claim
+// to extend, whether its run gave up on it: it closed, or recorded the
+// activity's cancellation, with no outcome of it in history.
+const heartbeatRefusedSQL = `
+SELECT EXISTS (
+    SELECT 1 FROM durable_runs r
+    WHERE r.run_id = @run_id
+      AND (r.status <> 'running' OR EXISTS (
+          SELECT 1 FROM durable_events e
+          WHERE e.run_id = @run_id AND e.type = 'activity_canceled' AND (e.attributes->>'seq')::bigint = @seq))
+      AND NOT EXISTS (
+          SELECT 1 FROM durable_events e
+          WHERE e.run_id = @run_id AND e.type IN ('activity_completed', 'activity_failed')
+            AND (e.attributes->>'seq')::bigint = @seq))`
+
+// heartbeatRefused tells why a heartbeat extended no claim:
+// ErrActivityCanceled if the activity's run gave up on it, else
+// ErrLeaseLost (another attempt took it or finished it).
+func (s *Store) heartbeatRefused(ctx context.Context, in store.HeartbeatParams) error {
+	if in.RunID == "" {
+		return store.ErrLeaseLost
+	}
+	var canceled bool
+	err := s.queryRow(ctx, heartbeatRefusedSQL, scanInto(&canceled), namedArgs{"run_id": in.RunID, "seq": in.Seq})
+	switch {
+	case err != nil:
+		return fmt.Errorf("heartbeat activity task %d: refused; look up why: %w", in.TaskID, translate(err))
+	case canceled:
+		return store.ErrActivityCanceled
+	}
+	return store.ErrLeaseLost
 }
 
 const enqueueJobSQL = `

@@ -361,3 +361,44 @@ func wfsRunID(t *testing.T, b *bundle, workflowID string) string {
 	require.NoError(t, err)
 	return r.RunID
 }
+
+// testHeartbeatOfAnActivityItsRunGaveUpOn checks that a heartbeat tells a
+// claim that lost to another attempt (ErrLeaseLost) from an activity its
+// run no longer wants (ErrActivityCanceled): the run closed without its
+// outcome, or recorded its cancellation.
+func testHeartbeatOfAnActivityItsRunGaveUpOn(t *testing.T, b *bundle) {
+	beat := func(a store.ActivityTask) error {
+		return b.s.HeartbeatActivity(b.ctx, store.HeartbeatParams{
+			TaskID: a.ID, Attempt: a.Attempt, RunID: a.RunID, Seq: a.Seq, LockedUntil: b.now.Add(time.Minute),
+		})
+	}
+	run := b.runWithActivities(t, "order-1", 3, 0)
+	acts := b.claimActivity(t, worker, 3, b.now)
+	require.Len(t, acts, 3)
+	require.NoError(t, beat(acts[0]), "a held claim is extended")
+
+	require.NoError(t, b.resolve(completion(acts[0], b.now)))
+	require.ErrorIs(t, beat(acts[0]), store.ErrLeaseLost, "the activity has its outcome: the claim is simply gone")
+
+	task := b.claimOneWorkflow(t, wfQueue, b.now)
+	last := b.getRun(t, run.RunID).LastEventID
+	require.NoError(t, b.commit(store.CommitWorkflowTaskParams{
+		RunID: run.RunID, Token: task.Token, ProcessedEventID: last, Now: b.now,
+		Events:             []history.Attributes{history.ActivityCanceled{Seq: acts[1].Seq}},
+		CanceledActivities: []int64{acts[1].Seq},
+	}))
+	require.ErrorIs(t, beat(acts[1]), store.ErrActivityCanceled, "the run canceled the activity")
+
+	b.signalAndClose(t, run)
+	require.ErrorIs(t, beat(acts[2]), store.ErrActivityCanceled, "the run closed without its outcome")
+}
+
+// signalAndClose makes run's workflow task ready with a signal, then closes
+// the run.
+func (b *bundle) signalAndClose(t *testing.T, run store.Run) {
+	t.Helper()
+	_, err := b.s.SignalRun(b.ctx, store.SignalParams{WorkflowID: run.WorkflowID, Now: b.now},
+		history.SignalReceived{Name: "stop", Payload: json.RawMessage(`1`)})
+	require.NoError(t, err)
+	b.closeRun(t, run, b.now)
+}

@@ -78,6 +78,7 @@ var cases = []struct {
 	{"ActivityClaimRaisesAttempt", testActivityClaimRaisesAttempt},
 	{"ResolveActivityAppendsEventAndReadiesWorkflowTask", testResolveActivityAppendsEventAndReadiesWorkflowTask},
 	{"CloseDropsPendingActivities", testCloseDropsPendingActivities},
+	{"HeartbeatOfAnActivityItsRunGaveUpOn", testHeartbeatOfAnActivityItsRunGaveUpOn},
 	{"DuplicateCompletionIsIgnored", testDuplicateCompletionIsIgnored},
 	{"StaleAttemptCompletionIsRejected", testStaleAttemptCompletionIsRejected},
 	{"RetryActivityDelaysTask", testRetryActivityDelaysTask},
