@@ -23,6 +23,11 @@ type statsOutput struct {
 	Queues        []queueStatsOutput      `json:"queues"`
 	DeadLetters   []deadLetterStatsOutput `json:"dead_letters"`
 	Activities    []activityStatsOutput   `json:"activities"`
+	// ActivitiesSince is when the activities counted start: now minus the
+	// window, or, when ActivitiesCapped, the time of the oldest outcome
+	// counted (--max-outcomes were read, the latest first).
+	ActivitiesSince  time.Time `json:"activities_since"`
+	ActivitiesCapped bool      `json:"activities_capped"`
 }
 
 type taskStatsOutput struct {
@@ -64,7 +69,10 @@ type activityStatsOutput struct {
 }
 
 func (a *app) statsCommand() *cobra.Command {
-	var window string
+	var (
+		window      string
+		maxOutcomes int
+	)
 	cmd := &cobra.Command{
 		Use:   "stats",
 		Short: "Show queue backlogs, timers, dead letters and activity outcomes",
@@ -83,16 +91,22 @@ func (a *app) statsCommand() *cobra.Command {
   permanent error), the failure rate, and the mean, median and 95th
   percentile time from scheduled to completed, retries included. Standalone
   jobs keep no history, so they are not counted here; those that fail for
-  good are dead letters.
+  good are dead letters. It reads the latest --max-outcomes of them at most,
+  so that its cost does not grow with the window; when the window holds
+  more, it says since when it counted.
 
 It only reads. --json prints ages and durations in seconds.`,
 		Example: `  durable stats
-  durable stats --window 24h --json`,
+  durable stats --window 24h --json
+  durable stats --window 7d --max-outcomes 500000`,
 		Args: cobra.NoArgs,
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
 			win, err := parseWindow(window)
 			if err != nil {
 				return err
+			}
+			if maxOutcomes <= 0 {
+				return usageError("--max-outcomes %d: want a positive number", maxOutcomes)
 			}
 			ctx := cmd.Context()
 			s, err := a.store(ctx)
@@ -111,7 +125,7 @@ It only reads. --json prints ages and durations in seconds.`,
 			if err != nil {
 				return err
 			}
-			acts, err := s.ActivityStats(ctx, now.Add(-win))
+			acts, err := s.ActivityStats(ctx, postgres.ActivityStatsParams{Since: now.Add(-win), Limit: maxOutcomes})
 			if err != nil {
 				return err
 			}
@@ -123,6 +137,7 @@ It only reads. --json prints ages and durations in seconds.`,
 		}),
 	}
 	cmd.Flags().StringVar(&window, "window", "1h", "count the activities that ended this long ago or since (90m, 24h, 7d)")
+	cmd.Flags().IntVar(&maxOutcomes, "max-outcomes", 50_000, "read at most this many activity outcomes of the window, the latest first")
 	return cmd
 }
 
@@ -143,7 +158,7 @@ func parseWindow(s string) (time.Duration, error) {
 	return 0, usageError("--window %q: want a positive duration (90m, 24h, 7d)", s)
 }
 
-func statsOut(now time.Time, win time.Duration, queues []postgres.QueueStats, dead []postgres.DeadLetterStats, acts []postgres.ActivityStats) statsOutput {
+func statsOut(now time.Time, win time.Duration, queues []postgres.QueueStats, dead []postgres.DeadLetterStats, acts postgres.ActivityReport) statsOutput {
 	age := func(t *time.Time) *float64 {
 		if t == nil {
 			return nil
@@ -160,6 +175,7 @@ func statsOut(now time.Time, win time.Duration, queues []postgres.QueueStats, de
 	out := statsOutput{
 		Now: now, WindowSeconds: win.Seconds(),
 		Queues: []queueStatsOutput{}, DeadLetters: []deadLetterStatsOutput{}, Activities: []activityStatsOutput{},
+		ActivitiesSince: acts.Since, ActivitiesCapped: acts.Capped,
 	}
 	for _, q := range queues {
 		out.Queues = append(out.Queues, queueStatsOutput{
@@ -172,7 +188,7 @@ func statsOut(now time.Time, win time.Duration, queues []postgres.QueueStats, de
 			Kind: d.Kind, Pending: d.Pending, OldestAt: d.OldestPending, OldestAgeSeconds: age(d.OldestPending),
 		})
 	}
-	for _, act := range acts {
+	for _, act := range acts.Activities {
 		o := activityStatsOutput{Activity: act.Activity, Completed: act.Completed, Failed: act.Failed}
 		if n := act.Completed + act.Failed; n > 0 {
 			o.FailureRate = float64(act.Failed) / float64(n)
@@ -204,11 +220,16 @@ func printStats(w io.Writer, s statsOutput, window string) error {
 		return err
 	}
 
-	if len(s.Activities) == 0 {
+	switch {
+	case len(s.Activities) == 0:
 		_, err := fmt.Fprintf(w, "\nActivities: none ended in the last %s\n", clean(window))
 		return err
+	case s.ActivitiesCapped:
+		fmt.Fprintf(w, "\nActivities that ended in the last %s: the latest outcomes only, since %s (%s ago; --max-outcomes reads more)\n",
+			clean(window), formatTime(s.ActivitiesSince), formatDuration(s.Now.Sub(s.ActivitiesSince)))
+	default:
+		fmt.Fprintf(w, "\nActivities that ended in the last %s\n", clean(window))
 	}
-	fmt.Fprintf(w, "\nActivities that ended in the last %s\n", clean(window))
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  ACTIVITY\tCOMPLETED\tFAILED\tFAILURE RATE\tMEAN\tP50\tP95")
 	for _, act := range s.Activities {

@@ -105,10 +105,38 @@ VALUES ('Ship', 'q', '0', 'q-1', 60000, now() - interval '5 minutes', NULL, NULL
 		require.NotNil(t, s.Activities[1].P95Seconds)
 		require.GreaterOrEqual(t, *s.Activities[1].P95Seconds, *s.Activities[1].P50Seconds)
 
+		require.False(t, s.ActivitiesCapped)
+		require.True(t, s.Now.Add(-3*time.Hour).Equal(s.ActivitiesSince), "since %s", s.ActivitiesSince)
+
 		r = durable(t, f.db, "--json", "stats", "--window", "1d")
 		requireCode(t, exitOK, r)
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &s), r.stdout)
 		require.InDelta(t, 24*3600, s.WindowSeconds, 0)
+	})
+
+	// Of the window's four outcomes, the latest two only: it says so, and
+	// since when.
+	t.Run("MaxOutcomes", func(t *testing.T) {
+		t.Parallel()
+		r := durable(t, f.db, "--json", "stats", "--window", "3h", "--max-outcomes", "2")
+		requireCode(t, exitOK, r)
+		var s statsOutput
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &s), r.stdout)
+		require.True(t, s.ActivitiesCapped)
+		require.True(t, s.ActivitiesSince.After(s.Now.Add(-3*time.Hour)), "since %s", s.ActivitiesSince)
+		n := 0
+		for _, a := range s.Activities {
+			n += a.Completed + a.Failed
+		}
+		require.Equal(t, 2, n, r.stdout)
+
+		r = durable(t, f.db, "stats", "--window", "3h", "--max-outcomes", "2")
+		requireCode(t, exitOK, r)
+		require.Regexp(t, `\nActivities that ended in the last 3h: the latest outcomes only, since \S+ \(\S+ ago; --max-outcomes reads more\)\n`, r.stdout)
+
+		r = durable(t, f.db, "stats", "--max-outcomes", "0")
+		requireCode(t, exitUsage, r)
+		require.Contains(t, r.stderr, "--max-outcomes 0: want a positive number")
 	})
 
 	t.Run("Text", func(t *testing.T) {
@@ -119,7 +147,10 @@ VALUES ('Ship', 'q', '0', 'q-1', 60000, now() - interval '5 minutes', NULL, NULL
 			`^As of \S+ \(database clock\)\n`,
 			`\nWorkflow tasks\n  QUEUE\s+READY\s+RUNNING\s+WAITING\s+OLDEST READY\n  default\s+1\s+0\s+0\s+2m\d+s\n  q\s+0\s+0\s+0\s+-\n`,
 			`\nActivity tasks\n  QUEUE\s+READY\s+RUNNING\s+WAITING\s+OLDEST READY\n  default\s+0\s+0\s+0\s+-\n  q\s+3\s+1\s+1\s+5m\d+s\n`,
-			`\nTimers\n  QUEUE\s+PENDING\s+NEXT FIRES\n  default\s+1\s+\S+ \(in \d+m\d+s\)\n  q\s+0\s+-\n`,
+			// Hold's timer is due an hour after the fixture's start, to the
+			// second: in 59m59s, or in 1h0m0s if the test got here in
+			// under half a second.
+			`\nTimers\n  QUEUE\s+PENDING\s+NEXT FIRES\n  default\s+1\s+\S+ \(in (\d+m\d+s|1h0m0s)\)\n  q\s+0\s+-\n`,
 			`\nDead letters not yet redriven\n  KIND\s+PENDING\s+OLDEST\n  job\s+2\s+10m\d+s\n  workflow\s+2\s+\S+\n`,
 			`\nActivities that ended in the last 1h\n  ACTIVITY\s+COMPLETED\s+FAILED\s+FAILURE RATE\s+MEAN\s+P50\s+P95\n` +
 				`  Charge\s+0\s+1\s+100\.0%\s+-\s+-\s+-\n  Reserve\s+1\s+0\s+0\.0%\s+\S+\s+\S+\s+\S+\n$`,

@@ -373,55 +373,133 @@ type ActivityStats struct {
 	Mean, P50, P95 time.Duration
 }
 
-// activityStatsSQL joins each activity_completed and activity_failed event
-// to its activity_scheduled event (same run, same seq) for the activity's
-// name and start. A redriven run begins with a copy of the failed run's
-// history, times and all; the NOT EXISTS leaves those copies out, so that
-// each ending counts once, in the run where it happened.
+// ActivityStatsParams choose what ActivityStats reads.
+type ActivityStatsParams struct {
+	// Since starts the window: outcomes at or after it count.
+	Since time.Time
+	// Limit is the most outcomes read, the latest first, so that the cost
+	// of a call does not grow with the window. Default 50,000.
+	Limit int
+}
+
+// ActivityReport is what ActivityStats found.
+type ActivityReport struct {
+	// Activities are the counts per activity type, in name order.
+	Activities []ActivityStats
+	// Capped is true when Limit outcomes were read: older ones in the
+	// window, if any, are not counted.
+	Capped bool
+	// Since is when the outcomes counted start: the window's start, or,
+	// when Capped, the time of the oldest outcome read.
+	Since time.Time
+}
+
+// activityStatsSQL reads the latest @limit activity_completed and
+// activity_failed events since @since, by their index (newest first), and
+// looks up each one's activity_scheduled event (same run, same seq, the
+// latest before it) for the activity's name and start, and its run's
+// creation, by their keys. Every step is a lookup by key, so the plan does
+// not depend on table statistics: without them, the join it replaces read
+// the whole events index for each outcome (docs/performance.md).
+//
+// A redriven run begins with a copy of the failed run's history, times and
+// all, so a copied event is older than its run; the NOT EXISTS, checked
+// only for such events, leaves the copies out, so that each ending counts
+// once, in the run where it happened.
 const activityStatsSQL = `
-SELECT s.attributes->>'activity',
-    count(*) FILTER (WHERE e.type = 'activity_completed'),
-    count(*) FILTER (WHERE e.type = 'activity_failed'),
-    avg(d.secs) FILTER (WHERE e.type = 'activity_completed'),
-    percentile_cont(0.5) WITHIN GROUP (ORDER BY d.secs) FILTER (WHERE e.type = 'activity_completed'),
-    percentile_cont(0.95) WITHIN GROUP (ORDER BY d.secs) FILTER (WHERE e.type = 'activity_completed')
-FROM durable_events e
-JOIN durable_runs r ON r.run_id = e.run_id
-JOIN durable_events s ON s.run_id = e.run_id AND s.type = 'activity_scheduled'
-    AND (s.attributes->>'seq')::bigint = (e.attributes->>'seq')::bigint
-CROSS JOIN LATERAL (
-    SELECT extract(epoch FROM e.created_at - greatest(s.created_at, r.created_at))::float8 AS secs
-) d
-WHERE e.type IN ('activity_completed', 'activity_failed')
-  AND e.created_at >= @since
-  AND NOT EXISTS (
-    SELECT 1 FROM durable_dead_letters dl
-    JOIN durable_events o ON o.run_id = dl.run_id
-    WHERE dl.redrive_run_id = e.run_id AND o.event_id = e.event_id AND o.created_at = e.created_at)
-GROUP BY 1
-ORDER BY 1`
+WITH ends AS (
+    SELECT run_id, event_id, type, (attributes->>'seq')::bigint AS seq, created_at
+    FROM durable_events
+    WHERE type IN ('activity_completed', 'activity_failed') AND created_at >= @since
+    ORDER BY created_at DESC
+    LIMIT @limit
+), timed AS (
+    SELECT s.activity, e.type,
+        extract(epoch FROM e.created_at - greatest(s.created_at, r.created_at))::float8 AS secs
+    FROM ends e
+    CROSS JOIN LATERAL (
+        SELECT created_at FROM durable_runs WHERE run_id = e.run_id LIMIT 1
+    ) r
+    CROSS JOIN LATERAL (
+        SELECT attributes->>'activity' AS activity, created_at
+        FROM durable_events
+        WHERE run_id = e.run_id AND event_id < e.event_id AND type = 'activity_scheduled'
+          AND (attributes->>'seq')::bigint = e.seq
+        ORDER BY event_id DESC
+        LIMIT 1
+    ) s
+    WHERE e.created_at >= r.created_at OR NOT EXISTS (
+        SELECT 1 FROM durable_dead_letters dl
+        JOIN durable_events o ON o.run_id = dl.run_id AND o.event_id = e.event_id
+        WHERE dl.redrive_run_id = e.run_id AND o.created_at = e.created_at)
+), stats AS (
+    SELECT activity,
+        count(*) FILTER (WHERE type = 'activity_completed') AS completed,
+        count(*) FILTER (WHERE type = 'activity_failed') AS failed,
+        avg(secs) FILTER (WHERE type = 'activity_completed') AS mean,
+        percentile_cont(0.5) WITHIN GROUP (ORDER BY secs) FILTER (WHERE type = 'activity_completed') AS p50,
+        percentile_cont(0.95) WITHIN GROUP (ORDER BY secs) FILTER (WHERE type = 'activity_completed') AS p95
+    FROM timed
+    GROUP BY activity
+)
+SELECT n.read, n.oldest, stats.activity, coalesce(stats.completed, 0), coalesce(stats.failed, 0),
+    stats.mean, stats.p50, stats.p95
+FROM (SELECT count(*) AS read, min(created_at) AS oldest FROM ends) n
+LEFT JOIN stats ON true
+ORDER BY stats.activity`
+
+// activityStatsPlanSQL sets, for the transaction of activityStatsSQL, what
+// a planner without table statistics gets wrong there: it would read the
+// whole window's outcomes by a bitmap scan and sort them, instead of the
+// latest @limit in the index's order (700 ms instead of 350 ms at 200,000
+// runs, docs/performance.md), and its cost guesses, large, would turn JIT
+// compilation on, which takes longer than the query (330 ms of 780).
+const activityStatsPlanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)`
 
 // ActivityStats returns, per activity type in name order, how many
-// activities completed or failed for good at or after since, and how long
-// the completed ones took.
-func (s *Store) ActivityStats(ctx context.Context, since time.Time) ([]ActivityStats, error) {
-	rows, err := s.db.Query(ctx, activityStatsSQL, namedArgs{"since": since})
-	if err != nil {
-		return nil, fmt.Errorf("activity stats: %w", err)
+// activities completed or failed for good at or after in.Since, and how long
+// the completed ones took; of the latest in.Limit outcomes at most. On a
+// store bound to a caller's transaction (WithTx), the planner settings of
+// activityStatsPlanSQL last until that transaction ends.
+func (s *Store) ActivityStats(ctx context.Context, in ActivityStatsParams) (ActivityReport, error) {
+	if in.Limit <= 0 {
+		in.Limit = 50_000
 	}
-	as, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ActivityStats, error) {
+	rep := ActivityReport{Since: in.Since}
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, activityStatsPlanSQL); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, activityStatsSQL, namedArgs{"since": in.Since, "limit": in.Limit})
+		if err != nil {
+			return err
+		}
 		var (
+			read           int
+			oldest         *time.Time
 			a              ActivityStats
+			name           *string
 			mean, p50, p95 *float64
 		)
-		err := row.Scan(&a.Activity, &a.Completed, &a.Failed, &mean, &p50, &p95)
-		a.Mean, a.P50, a.P95 = seconds(mean), seconds(p50), seconds(p95)
-		return a, err
+		_, err = pgx.ForEachRow(rows, []any{&read, &oldest, &name, &a.Completed, &a.Failed, &mean, &p50, &p95}, func() error {
+			if name != nil { // else the one row is the count alone: no outcome counted
+				a.Activity, a.Mean, a.P50, a.P95 = *name, seconds(mean), seconds(p50), seconds(p95)
+				rep.Activities = append(rep.Activities, a)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if rep.Capped = read >= in.Limit; rep.Capped && oldest != nil {
+			rep.Since = *oldest
+		}
+		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("activity stats: %w", err)
+		return ActivityReport{}, fmt.Errorf("activity stats: %w", err)
 	}
-	return as, nil
+	return rep, nil
 }
 
 // seconds converts a nullable number of seconds to a duration; NULL is zero.

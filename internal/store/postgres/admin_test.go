@@ -438,8 +438,11 @@ func TestActivityStats(t *testing.T) {
 	wantB := postgres.ActivityStats{Activity: "B", Failed: 1}
 	check := func(name string, since time.Time, want ...postgres.ActivityStats) {
 		t.Helper()
-		got, err := s.ActivityStats(ctx, since)
+		rep, err := s.ActivityStats(ctx, postgres.ActivityStatsParams{Since: since})
 		require.NoError(t, err)
+		require.False(t, rep.Capped, name)
+		require.Equal(t, since, rep.Since, name)
+		got := rep.Activities
 		require.Len(t, got, len(want), "%s: %+v", name, got)
 		for i := range want {
 			require.Equal(t, want[i].Activity, got[i].Activity, name)
@@ -496,4 +499,81 @@ func TestNow(t *testing.T) {
 	now, err := postgres.New(pgtest.Pool(t)).Now(t.Context())
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now(), now, time.Minute, "the database's clock")
+}
+
+// finishedRunsSQL inserts @n finished runs, one every 432 ms from @t0, each
+// with two activities: SendEmail completes, ChargeCard completes, or fails
+// in every 50th run.
+const finishedRunsSQL = `
+WITH runs AS (
+    INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, result,
+        next_event_id, processed_event_id, created_at, updated_at, closed_at)
+    SELECT md5('run' || i)::uuid, 'wf-' || i, 'Onboard', 'default', 'completed', '{}', '{}', 7, 6,
+        @t0::timestamptz + i * interval '432 ms', @t0::timestamptz + i * interval '432 ms' + interval '2 s',
+        @t0::timestamptz + i * interval '432 ms' + interval '2 s'
+    FROM generate_series(1, @n::int) i
+    RETURNING 1
+)
+INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
+SELECT md5('run' || i)::uuid, e.id, e.type, e.attrs::jsonb, @t0::timestamptz + i * interval '432 ms' + e.off * interval '400 ms'
+FROM generate_series(1, @n::int) i
+CROSS JOIN LATERAL (VALUES
+    (1, 'workflow_started', '{"workflow_type":"Onboard","workflow_id":"wf","queue":"default","input":{}}', 0),
+    (2, 'activity_scheduled', '{"seq":1,"activity":"SendEmail","queue":"default","input":{}}', 0),
+    (3, 'activity_completed', '{"seq":1,"result":{},"attempt":1}', 1),
+    (4, 'activity_scheduled', '{"seq":2,"activity":"ChargeCard","queue":"default","input":{}}', 2),
+    (5, CASE WHEN i % 50 = 0 THEN 'activity_failed' ELSE 'activity_completed' END,
+        CASE WHEN i % 50 = 0 THEN '{"seq":2,"failure":{"message":"declined"}}' ELSE '{"seq":2,"result":{},"attempt":1}' END, 4),
+    (6, 'workflow_completed', '{"result":{}}', 5)
+) e(id, type, attrs, off)
+WHERE (SELECT count(*) FROM runs) > 0`
+
+// ActivityStats reads the outcomes of its window by an index, and each
+// one's schedule and run by their keys, on tables never analyzed: before
+// 2026-12-03 the planner, without statistics, checked each outcome against
+// the redriven runs by reading the whole events index, and took over 10
+// minutes at 200,000 runs (docs/performance.md).
+func TestActivityStatsWithoutTableStatistics(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	s := postgres.New(pool)
+	t0 := time.Date(2030, 1, 2, 0, 0, 0, 0, time.UTC)
+	const runs = 10_000
+	_, err := pool.Exec(t.Context(), finishedRunsSQL, pgx.NamedArgs{"t0": t0, "n": runs})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	rep, err := s.ActivityStats(ctx, postgres.ActivityStatsParams{Since: t0})
+	require.NoError(t, err, "a plan that reads every event for each outcome takes minutes")
+	require.False(t, rep.Capped)
+	got := rep.Activities
+	require.Len(t, got, 2)
+	require.Equal(t, "ChargeCard", got[0].Activity)
+	require.Equal(t, runs-runs/50, got[0].Completed)
+	require.Equal(t, runs/50, got[0].Failed)
+	require.InDelta(t, 800*time.Millisecond, got[0].P50, float64(time.Millisecond), "scheduled at 800 ms, completed at 1.6 s")
+	require.Equal(t, "SendEmail", got[1].Activity)
+	require.Equal(t, runs, got[1].Completed)
+
+	// Capped, it counts the latest outcomes and says since when.
+	rep, err = s.ActivityStats(ctx, postgres.ActivityStatsParams{Since: t0, Limit: 1000})
+	require.NoError(t, err)
+	require.True(t, rep.Capped)
+	var oldest time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT created_at FROM durable_events
+		WHERE type IN ('activity_completed', 'activity_failed') ORDER BY created_at DESC OFFSET 999 LIMIT 1`).Scan(&oldest))
+	require.True(t, oldest.Equal(rep.Since), "since the 1000th latest outcome, %s, not %s", oldest, rep.Since)
+	n := 0
+	for _, a := range rep.Activities {
+		n += a.Completed + a.Failed
+	}
+	require.Equal(t, 1000, n)
+}
+
+func TestActivityStatsNone(t *testing.T) {
+	t.Parallel()
+	rep, err := postgres.New(pgtest.Pool(t)).ActivityStats(t.Context(), postgres.ActivityStatsParams{Limit: 1})
+	require.NoError(t, err)
+	require.Equal(t, postgres.ActivityReport{}, rep)
 }
