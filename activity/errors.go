@@ -92,6 +92,8 @@ var fmtWrapError = reflect.TypeOf(fmt.Errorf("%w", errors.New("")))
 //   - "" if err is nil;
 //   - "permanent" if [IsPermanent] reports true for err;
 //   - else "rate_limited" if [RetryAfter] reports true for err;
+//   - else, if err's chain holds an [ApplicationError], its Type, or
+//     "application" if that is empty;
 //   - else the Go type, as fmt's %T verb formats it, of the first error in
 //     err's chain that does more than add a message: ErrorClass calls
 //     [errors.Unwrap] past every error made by fmt.Errorf with one %w verb and
@@ -114,6 +116,12 @@ func ErrorClass(err error) string {
 	}
 	if _, ok := RetryAfter(err); ok {
 		return classRateLimited
+	}
+	if e, ok := errors.AsType[*ApplicationError](err); ok {
+		if e.Type == "" {
+			return classApplication
+		}
+		return e.Type
 	}
 	for reflect.TypeOf(err) == fmtWrapError {
 		inner := errors.Unwrap(err)

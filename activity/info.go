@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -25,6 +26,14 @@ type Info struct {
 	WorkflowID string
 	// RunID is the run of that workflow; it is empty for standalone jobs.
 	RunID string
+	// Seq numbers the activity among the commands of its run; with RunID it
+	// identifies the activity (Temporal's ActivityID). It is 0 for
+	// standalone jobs.
+	Seq int64
+	// ScheduledTime is when the activity was scheduled or the job enqueued.
+	ScheduledTime time.Time
+	// StartedTime is when this attempt started.
+	StartedTime time.Time
 	// Deadline is when this attempt's lease or timeout ends.
 	Deadline time.Time
 	// HeartbeatDetails holds the JSON details of the last heartbeat recorded
@@ -36,6 +45,7 @@ type Info struct {
 type (
 	infoKey      struct{}
 	heartbeatKey struct{}
+	loggerKey    struct{}
 )
 
 // heartbeatFunc is the function installed by [WithHeartbeatFunc].
@@ -93,4 +103,45 @@ func RecordHeartbeat(ctx context.Context, details any) error {
 // passed to it.
 func WithHeartbeatFunc(ctx context.Context, fn func(ctx context.Context, details []byte) error) context.Context {
 	return context.WithValue(ctx, heartbeatKey{}, heartbeatFunc(fn))
+}
+
+// Logger returns the logger for the activity attempt running in ctx: the
+// engine's logger (engine.Options.Logger) with the attributes activity,
+// attempt, run_id, workflow_id and idempotency_key of [GetInfo] (the empty
+// ones left out). Outside an engine, without a logger installed by
+// [WithLogger], it is [slog.Default] with those attributes ctx has.
+func Logger(ctx context.Context) *slog.Logger {
+	l, _ := ctx.Value(loggerKey{}).(*slog.Logger)
+	if l == nil {
+		l = slog.Default()
+	}
+	info := GetInfo(ctx)
+	attrs := make([]any, 0, 5)
+	if info.Name != "" {
+		attrs = append(attrs, slog.String("activity", info.Name))
+	}
+	if info.Attempt != 0 {
+		attrs = append(attrs, slog.Int("attempt", info.Attempt))
+	}
+	if info.RunID != "" {
+		attrs = append(attrs, slog.String("run_id", info.RunID))
+	}
+	if info.WorkflowID != "" {
+		attrs = append(attrs, slog.String("workflow_id", info.WorkflowID))
+	}
+	if info.IdempotencyKey != "" {
+		attrs = append(attrs, slog.String("idempotency_key", info.IdempotencyKey))
+	}
+	if len(attrs) == 0 {
+		return l
+	}
+	return l.With(attrs...)
+}
+
+// WithLogger returns a copy of ctx in which [Logger] starts from l instead
+// of [slog.Default]. The engine installs its logger for every attempt; unit
+// tests of activities call it to capture what an activity logs. A nil l
+// means slog.Default again.
+func WithLogger(ctx context.Context, l *slog.Logger) context.Context {
+	return context.WithValue(ctx, loggerKey{}, l)
 }

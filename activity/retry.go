@@ -22,7 +22,8 @@ const (
 // After failed attempt n, attempt n+1 starts after a delay drawn uniformly from
 // [0, min(MaximumInterval, InitialInterval × BackoffCoefficient^(n-1))] (full
 // jitter); see [RetryPolicy.Delay]. An error is not retried when it is
-// [Permanent], when its [ErrorClass] is in NonRetryableErrorTypes, or when
+// [Permanent] or a non-retryable [ApplicationError], when its [ErrorClass]
+// (an ApplicationError's Type) is in NonRetryableErrorTypes, or when
 // MaximumAttempts attempts have been made. A [RateLimited] error is retried
 // after its own delay and does not count against MaximumAttempts.
 type RetryPolicy struct {
@@ -41,7 +42,8 @@ type RetryPolicy struct {
 	// Default 10.
 	MaximumAttempts int
 	// NonRetryableErrorTypes lists error classes, as returned by [ErrorClass],
-	// that fail the activity at once, such as "*fs.PathError". Default none.
+	// that fail the activity at once, such as "*fs.PathError" or the Type of
+	// an [ApplicationError] ("CardDeclined"). Default none.
 	NonRetryableErrorTypes []string `json:",omitzero"`
 	// MaximumRateLimitedRetries caps the retries of [RateLimited] errors, which
 	// do not count against MaximumAttempts. Default 100.

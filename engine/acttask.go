@@ -118,10 +118,11 @@ func (e *Engine) attempt(ctx context.Context, t store.ActivityTask, def *activit
 	began := time.Now()
 	info := activity.Info{
 		Name: t.Activity, IdempotencyKey: t.IdempotencyKey, Attempt: t.Attempt, Queue: t.Queue,
-		WorkflowID: t.WorkflowID, RunID: t.RunID, HeartbeatDetails: t.Heartbeat,
-		Deadline: time.Now().Add(timeout),
+		WorkflowID: t.WorkflowID, RunID: t.RunID, Seq: t.Seq, HeartbeatDetails: t.Heartbeat,
+		ScheduledTime: t.ScheduledAt, StartedTime: e.now(), Deadline: time.Now().Add(timeout),
 	}
-	actx2 := activity.WithHeartbeatFunc(activity.NewContext(withCodecContext(actx, e.opts.Codec), info), hb.beat)
+	actx2 := activity.WithLogger(activity.NewContext(withCodecContext(actx, e.opts.Codec), info), e.log)
+	actx2 = activity.WithHeartbeatFunc(actx2, hb.beat)
 	out, err = callActivity(actx2, def, t.Input)
 	e.metrics.duration.WithLabelValues("activity", t.Activity).Observe(time.Since(began).Seconds())
 	if err != nil {
@@ -300,7 +301,7 @@ func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs
 	now := e.now()
 	retry := store.RetryActivityParams{TaskID: t.ID, Attempt: t.Attempt, Error: store.EscapeText(cause.Error()), ErrorClass: class, Now: now}
 	switch after, rateLimited := activity.RetryAfter(cause); {
-	case activity.IsPermanent(cause) || slices.Contains(policy.NonRetryableErrorTypes, class):
+	case activity.IsNonRetryable(cause) || slices.Contains(policy.NonRetryableErrorTypes, class):
 		return e.resolveFailed(ctx, t, attrs, cause, class, t.Attempt, s)
 	case rateLimited && t.RateLimited < policy.MaximumRateLimitedRetries:
 		retry.RunAfter, retry.RateLimited = now.Add(after), true
@@ -344,7 +345,31 @@ func (e *Engine) failedForGood(ctx context.Context, t store.ActivityTask, attrs 
 	// Escaped as the store records it, so that the run sees, live, the
 	// message a replay reads back.
 	f := store.EscapeFailure(history.Failure{Message: cause.Error(), Class: class, Attempts: attempts})
+	withApplicationError(&f, cause)
 	return history.ActivityFailed{Seq: t.Seq, Failure: f}
+}
+
+// withApplicationError records in f the type, details and retryability of
+// the *activity.ApplicationError in cause's chain, if there is one. Details
+// that jsonb cannot hold are dropped, and the message says so.
+func withApplicationError(f *history.Failure, cause error) {
+	ae, ok := errors.AsType[*activity.ApplicationError](cause)
+	if !ok {
+		return
+	}
+	f.Type, f.NonRetryable = store.EscapeText(ae.Type), ae.NonRetryable
+	if len(ae.Details) == 0 {
+		return
+	}
+	if !json.Valid(ae.Details) {
+		f.Message += " (details dropped: they are not valid JSON)"
+		return
+	}
+	if err := store.CheckPayload(ae.Details); err != nil {
+		f.Message += store.EscapeText(fmt.Sprintf(" (details dropped: %v)", err))
+		return
+	}
+	f.Details = ae.Details
 }
 
 // resolve records an activity's outcome. The outcome of a run's activity

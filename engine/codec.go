@@ -102,6 +102,9 @@ func mapPayloads(a history.Attributes, f func(json.RawMessage) (json.RawMessage,
 	case history.ChildWorkflowCompleted:
 		err = field("result", &v.Result, f)
 		a = v
+	case history.ExternalSignalScheduled:
+		err = field("payload", &v.Payload, f)
+		a = v
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s %w", a.EventType(), err)
@@ -255,6 +258,13 @@ func (s codecStorage) encodeCommit(in store.CommitWorkflowTaskParams) (store.Com
 	in.Activities = append([]store.NewActivityTask(nil), in.Activities...)
 	for i := range in.Activities {
 		if err := field("input of activity "+in.Activities[i].Activity, &in.Activities[i].Input, s.encode); err != nil {
+			return in, err
+		}
+	}
+	in.External = append([]store.ExternalRequest(nil), in.External...)
+	for i := range in.External {
+		var err error
+		if in.External[i].Event, err = mapPayloads(in.External[i].Event, s.encode); err != nil {
 			return in, err
 		}
 	}

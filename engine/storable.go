@@ -31,11 +31,10 @@ func checkReason(reason string) (string, error) {
 // commits. in, which the engine keeps, is not changed.
 func (s pgStorage) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowTaskParams) (store.Ready, error) {
 	if c := in.Close; c != nil && c.Failure != nil {
-		if f := store.EscapeFailure(*c.Failure); f != *c.Failure {
-			closed := *c
-			closed.Failure = &f
-			in.Close = &closed
-		}
+		f := store.EscapeFailure(*c.Failure)
+		closed := *c
+		closed.Failure = &f
+		in.Close = &closed
 	}
 	return s.Store.CommitWorkflowTask(ctx, in)
 }

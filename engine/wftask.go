@@ -537,6 +537,16 @@ func (e *Engine) commitParams(t store.WorkflowTask, processed int64, cmds []hist
 				Seq: c.Seq, RunID: c.RunID, WorkflowID: c.WorkflowID, WorkflowType: c.WorkflowType,
 				Queue: c.Queue, Input: c.Input, ParentClosePolicy: c.ParentClosePolicy,
 			})
+		case history.ExternalSignalScheduled:
+			p.External = append(p.External, store.ExternalRequest{
+				Seq: c.Seq, WorkflowID: c.WorkflowID, RunID: c.RunID,
+				Event: history.SignalReceived{Name: c.Name, Payload: c.Payload},
+			})
+		case history.ExternalCancelScheduled:
+			p.External = append(p.External, store.ExternalRequest{
+				Seq: c.Seq, WorkflowID: c.WorkflowID, RunID: c.RunID,
+				Event: history.WorkflowCancelRequested{Reason: c.Reason},
+			})
 		case history.WorkflowContinuedAsNew:
 			// The new run's ID is chosen here and recorded in the event.
 			c.NewRunID = uuid.NewString()

@@ -39,6 +39,10 @@ func init() {
 	register[ChildWorkflowCompleted]()
 	register[ChildWorkflowFailed]()
 	register[WorkflowTaskCompleted]()
+	register[ExternalSignalScheduled]()
+	register[ExternalCancelScheduled]()
+	register[ExternalRequestCompleted]()
+	register[ExternalRequestFailed]()
 }
 
 func register[T Attributes]() {

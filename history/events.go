@@ -46,6 +46,13 @@ type Failure struct {
 	Attempts int `json:"attempts,omitempty"`
 	// Stack is a stack trace, for panics.
 	Stack string `json:"stack,omitempty"`
+	// Type is the type name of an application error (see
+	// activity.NewApplicationError); empty for other errors.
+	Type string `json:"type,omitempty"`
+	// Details is the JSON details of an application error, or nil.
+	Details json.RawMessage `json:"details,omitempty"`
+	// NonRetryable is set for an application error made non-retryable.
+	NonRetryable bool `json:"non_retryable,omitempty"`
 }
 
 // WorkflowStarted is the first event of every run.
@@ -165,6 +172,54 @@ type VersionMarker struct {
 	ChangeID string `json:"change_id"`
 	Version  int    `json:"version"`
 }
+
+// ExternalSignalScheduled is written when workflow code signals another
+// workflow (workflow.SignalExternalWorkflow): the commit that records it
+// appends the signal to the target's open run (RunID, if set, must be that
+// run) and then ExternalRequestCompleted or ExternalRequestFailed here.
+type ExternalSignalScheduled struct {
+	Seq        int64           `json:"seq"`
+	WorkflowID string          `json:"workflow_id"`
+	RunID      string          `json:"run_id,omitempty"`
+	Name       string          `json:"name"`
+	Payload    json.RawMessage `json:"payload"`
+}
+
+// ExternalCancelScheduled is written when workflow code asks another
+// workflow to cancel (workflow.RequestCancelExternalWorkflow); as
+// ExternalSignalScheduled, with a cancel request instead of a signal.
+type ExternalCancelScheduled struct {
+	Seq        int64  `json:"seq"`
+	WorkflowID string `json:"workflow_id"`
+	RunID      string `json:"run_id,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// ExternalRequestCompleted says the signal or cancel request Seq reached
+// its target.
+type ExternalRequestCompleted struct {
+	Seq int64 `json:"seq"`
+}
+
+// ExternalRequestFailed says the signal or cancel request Seq could not
+// reach its target: no open run has its workflow ID (and run ID).
+type ExternalRequestFailed struct {
+	Seq     int64   `json:"seq"`
+	Failure Failure `json:"failure"`
+}
+
+func (ExternalSignalScheduled) EventType() string  { return "external_signal_scheduled" }
+func (ExternalCancelScheduled) EventType() string  { return "external_cancel_scheduled" }
+func (ExternalRequestCompleted) EventType() string { return "external_request_completed" }
+func (ExternalRequestFailed) EventType() string    { return "external_request_failed" }
+func (ExternalSignalScheduled) IsCommand() bool    { return true }
+func (ExternalCancelScheduled) IsCommand() bool    { return true }
+func (ExternalRequestCompleted) IsCommand() bool   { return false }
+func (ExternalRequestFailed) IsCommand() bool      { return false }
+func (ExternalSignalScheduled) sealed()            {}
+func (ExternalCancelScheduled) sealed()            {}
+func (ExternalRequestCompleted) sealed()           {}
+func (ExternalRequestFailed) sealed()              {}
 
 // WorkflowTaskCompleted marks the end of a workflow task that made no
 // command (it only waited on): events after it reached the code in a later

@@ -342,8 +342,25 @@ func schedules(a Attributes) (scheduledSeq, bool) {
 		return scheduledSeq{a.EventType(), a.Seq}, true
 	case ChildWorkflowScheduled:
 		return scheduledSeq{a.EventType(), a.Seq}, true
+	case ExternalSignalScheduled, ExternalCancelScheduled:
+		return scheduledSeq{externalRequest, seqOf(a)}, true
 	}
 	return scheduledSeq{}, false
+}
+
+// externalRequest names, in scheduledSeq, the two commands an external
+// request's outcome may follow.
+const externalRequest = "external_signal_scheduled or external_cancel_scheduled"
+
+// seqOf returns the sequence number of an external request's command.
+func seqOf(a Attributes) int64 {
+	switch a := a.(type) {
+	case ExternalSignalScheduled:
+		return a.Seq
+	case ExternalCancelScheduled:
+		return a.Seq
+	}
+	return 0
 }
 
 // outcomeOf returns the command that a is an outcome of, if it is one.
@@ -368,6 +385,10 @@ func outcomeOf(a Attributes) (scheduledSeq, bool) {
 		return scheduledSeq{child, a.Seq}, true
 	case ChildWorkflowFailed:
 		return scheduledSeq{child, a.Seq}, true
+	case ExternalRequestCompleted:
+		return scheduledSeq{externalRequest, a.Seq}, true
+	case ExternalRequestFailed:
+		return scheduledSeq{externalRequest, a.Seq}, true
 	}
 	return scheduledSeq{}, false
 }

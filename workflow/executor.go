@@ -235,7 +235,7 @@ func (x *executor) apply(ev history.Event) error {
 		if err != nil {
 			return err
 		}
-		f.settle(nil, &ActivityError{Activity: f.activity, Message: a.Failure.Message, Class: a.Failure.Class, Attempts: a.Failure.Attempts})
+		f.settle(nil, activityFailure(f.activity, a.Failure))
 	case history.SignalReceived:
 		x.signals[a.Name] = append(x.signals[a.Name], a.Payload)
 	case history.WorkflowCancelRequested:
@@ -255,6 +255,18 @@ func (x *executor) apply(ev history.Event) error {
 			return err
 		}
 		f.settle(nil, &ChildWorkflowError{WorkflowID: f.child, Message: a.Failure.Message, Class: a.Failure.Class})
+	case history.ExternalRequestCompleted:
+		f, err := x.future(ev, a.Seq)
+		if err != nil {
+			return err
+		}
+		f.settle(nil, nil)
+	case history.ExternalRequestFailed:
+		f, err := x.future(ev, a.Seq)
+		if err != nil {
+			return err
+		}
+		f.settle(nil, &ExternalWorkflowError{WorkflowID: f.external, RunID: f.externalRun, Message: a.Failure.Message})
 	case history.TimerFired:
 		if x.canceled[a.Seq] {
 			// Fired before the cancellation committed; the code has moved on.
@@ -415,6 +427,10 @@ func describeEvent(a history.Attributes) string {
 		return fmt.Sprintf("ChildWorkflowFailed(seq %d): %s", a.Seq, a.Failure.Message)
 	case history.WorkflowCancelRequested:
 		return fmt.Sprintf("WorkflowCancelRequested: %s", a.Reason)
+	case history.ExternalRequestCompleted:
+		return fmt.Sprintf("ExternalRequestCompleted(seq %d)", a.Seq)
+	case history.ExternalRequestFailed:
+		return fmt.Sprintf("ExternalRequestFailed(seq %d): %s", a.Seq, a.Failure.Message)
 	case history.WorkflowTerminated:
 		return fmt.Sprintf("WorkflowTerminated: %s", a.Reason)
 	}
@@ -506,6 +522,12 @@ func sameCommand(got, recorded history.Attributes) bool {
 	case history.ChildWorkflowScheduled:
 		r := recorded.(history.ChildWorkflowScheduled)
 		return g.Seq == r.Seq && g.WorkflowType == r.WorkflowType
+	case history.ExternalSignalScheduled:
+		r := recorded.(history.ExternalSignalScheduled)
+		return g.Seq == r.Seq && g.WorkflowID == r.WorkflowID && g.Name == r.Name
+	case history.ExternalCancelScheduled:
+		r := recorded.(history.ExternalCancelScheduled)
+		return g.Seq == r.Seq && g.WorkflowID == r.WorkflowID
 	// How the run ended is compared too: a replay whose code ignored
 	// recorded events may still make the same commands.
 	case history.WorkflowCompleted:
@@ -603,6 +625,10 @@ func describe(a history.Attributes) string {
 		return "WorkflowContinuedAsNew(input " + clip(compact(a.Input)) + ")"
 	case history.WorkflowTaskCompleted:
 		return "a workflow task that made no command"
+	case history.ExternalSignalScheduled:
+		return fmt.Sprintf("SignalExternalWorkflow(%s, %q, seq %d)", a.WorkflowID, a.Name, a.Seq)
+	case history.ExternalCancelScheduled:
+		return fmt.Sprintf("RequestCancelExternalWorkflow(%s, seq %d)", a.WorkflowID, a.Seq)
 	}
 	return a.EventType()
 }

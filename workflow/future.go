@@ -22,11 +22,14 @@ type future struct {
 	name     string // what it waits for, for errors
 	activity string // the activity's name, for an activity's future
 	child    string // the child's workflow ID, for a child workflow's future
-	seq      int64  // the command's sequence number
-	detached bool   // created on a disconnected context: not canceled with the run
-	ready    bool
-	value    json.RawMessage
-	err      error
+	// external and externalRun name the target of a signal or cancel
+	// request to another workflow.
+	external, externalRun string
+	seq                   int64 // the command's sequence number
+	detached              bool  // created on a disconnected context: not canceled with the run
+	ready                 bool
+	value                 json.RawMessage
+	err                   error
 }
 
 func (f *future) settle(v json.RawMessage, err error) {

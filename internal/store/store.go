@@ -297,6 +297,12 @@ type CommitWorkflowTaskParams struct {
 	// Children are child workflows to start. A child whose workflow ID has
 	// an open run fails at once (ChildWorkflowFailed in this run).
 	Children []NewChild
+	// External are signals and cancel requests to other runs (workflow
+	// code's SignalExternalWorkflow, RequestCancelExternalWorkflow): each
+	// is appended to its target's open run, then its outcome to this run
+	// (ExternalRequestCompleted, or ExternalRequestFailed if the target has
+	// no open run), which makes this run's workflow task ready again.
+	External []ExternalRequest
 	// ParentRunID, set for a child that closes, gets the child's outcome.
 	ParentRunID string
 	// CloseChildren applies the parent-close policies of the run's open
@@ -356,14 +362,25 @@ func (p CommitWorkflowTaskParams) IsStep() bool { return p.Close == nil && p.bar
 // starts timers, and nothing else.
 func (p CommitWorkflowTaskParams) IsFirst() bool {
 	return p.Close == nil && len(p.CanceledTimers) == 0 && len(p.CanceledActivities) == 0 &&
-		len(p.Children) == 0 && p.ContinueAs == nil && !p.CloseChildren
+		len(p.Children) == 0 && len(p.External) == 0 && p.ContinueAs == nil && !p.CloseChildren
 }
 
 // bare reports whether a commit has nothing but events, activities and a
 // close.
 func (p CommitWorkflowTaskParams) bare() bool {
 	return len(p.Timers) == 0 && len(p.CanceledTimers) == 0 && len(p.CanceledActivities) == 0 &&
-		len(p.Children) == 0 && p.ContinueAs == nil && !p.CloseChildren
+		len(p.Children) == 0 && len(p.External) == 0 && p.ContinueAs == nil && !p.CloseChildren
+}
+
+// ExternalRequest is an event for another workflow's open run, sent by a
+// commit: a SignalReceived or a WorkflowCancelRequested.
+type ExternalRequest struct {
+	// Seq is the command's sequence number in the sending run.
+	Seq        int64
+	WorkflowID string
+	// RunID, if set, must be the target's open run.
+	RunID string
+	Event history.Attributes
 }
 
 // NewChild is a child workflow to start.
@@ -386,7 +403,10 @@ type NewRun struct {
 // SignalParams are the inputs of SignalRun.
 type SignalParams struct {
 	WorkflowID string
-	Now        time.Time
+	// RunID, if set, must be the open run's: otherwise SignalRun returns
+	// ErrRunClosed.
+	RunID string
+	Now   time.Time
 	// Notify makes the store announce the task itself (in a caller's
 	// transaction).
 	Notify bool

@@ -117,6 +117,11 @@ func (s *Store) familyEffects(ctx context.Context, in store.CommitWorkflowTaskPa
 			return err
 		}
 	}
+	for _, r := range in.External {
+		if err := s.sendExternal(ctx, in, r, ready); err != nil {
+			return err
+		}
+	}
 	if in.Close == nil {
 		return nil
 	}
@@ -129,6 +134,29 @@ func (s *Store) familyEffects(ctx context.Context, in store.CommitWorkflowTaskPa
 		return s.closeChildren(ctx, in.RunID, in.Now, ready)
 	}
 	return nil
+}
+
+// sendExternal appends an external request's event to its target's open
+// run, then its outcome to the sending run. The target's rows are locked
+// after the sender's, as a closing parent locks its children's; two runs
+// that signal each other in the same instant can deadlock, and PostgreSQL
+// then aborts one commit, whose task runs again (see "Lock order").
+func (s *Store) sendExternal(ctx context.Context, in store.CommitWorkflowTaskParams, r store.ExternalRequest, ready *store.Ready) error {
+	var outcome history.Attributes = history.ExternalRequestCompleted{Seq: r.Seq}
+	sent, err := s.SignalRun(ctx, store.SignalParams{WorkflowID: r.WorkflowID, RunID: r.RunID, Now: in.Now}, r.Event)
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrRunClosed):
+		msg := "no run is open"
+		if r.RunID != "" {
+			msg = "run " + r.RunID + " is not open"
+		}
+		outcome = history.ExternalRequestFailed{Seq: r.Seq, Failure: history.Failure{Message: msg, Class: "not_found"}}
+	case err != nil:
+		return err
+	default:
+		ready.WorkflowQueues = append(ready.WorkflowQueues, sent.WorkflowQueues...)
+	}
+	return s.appendEvent(ctx, in.RunID, outcome, in.Now, ready)
 }
 
 // reportToParent appends a closed child's outcome to its parent.

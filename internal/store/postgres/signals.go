@@ -16,12 +16,12 @@ import (
 const signalRunSQL = `
 WITH run AS (
     UPDATE durable_runs r
-    SET next_event_id = r.next_event_id + 1, updated_at = @now
-    WHERE r.workflow_id = @workflow_id AND r.status = 'running'
-    RETURNING r.run_id, r.queue, r.next_event_id - 1 AS event_id
+    SET next_event_id = r.next_event_id + 1, updated_at = ` + eventTime + `
+    WHERE r.workflow_id = @workflow_id AND r.status = 'running' AND (@run_id::uuid IS NULL OR r.run_id = @run_id)
+    RETURNING r.run_id, r.queue, r.next_event_id - 1 AS event_id, r.updated_at AS at
 ), ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
-    SELECT run_id, event_id, @type, @attrs, @now FROM run
+    SELECT run_id, event_id, @type, @attrs, at FROM run
 ), wt AS (
     INSERT INTO durable_workflow_tasks (run_id, queue, run_after)
     SELECT run_id, queue, @now FROM run
@@ -44,7 +44,7 @@ func (s *Store) SignalRun(ctx context.Context, in store.SignalParams, event hist
 		queue    *string
 	)
 	err = s.queryRow(ctx, signalRunSQL, scanInto(&n, &queue, &notes), namedArgs{
-		"workflow_id": in.WorkflowID, "now": in.Now, "type": event.EventType(), "attrs": string(attrs), "notify": in.Notify,
+		"workflow_id": in.WorkflowID, "run_id": nilIfEmpty(in.RunID), "now": in.Now, "type": event.EventType(), "attrs": string(attrs), "notify": in.Notify,
 	})
 	if err != nil {
 		return ready, fmt.Errorf("%s to workflow %q: %w", event.EventType(), in.WorkflowID, translate(err))
