@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -158,4 +159,62 @@ func TestCancelReachesAParentWaitingForItsChild(t *testing.T) {
 		info, err := env.Engine.Describe(ctx, "waited-cancel")
 		return err == nil && info.Status == engine.StatusCanceled
 	}, 10*time.Second, 5*time.Millisecond, "the child's cancel policy applied")
+}
+
+// StartsAndLeaves starts a sleeping child it abandons, waits until the
+// child has started, and returns the child's run ID.
+func StartsAndLeaves(ctx workflow.Context, _ int) (string, error) {
+	child := workflow.ExecuteChildWorkflow(ctx, SleepHour, 0, workflow.ChildOptions{
+		ID: "left-child", ParentClosePolicy: workflow.ParentCloseAbandon,
+	})
+	exec, err := child.GetChildWorkflowExecution().Get(ctx)
+	if err != nil {
+		return "", err
+	}
+	if _, err := workflow.SignalChildWorkflow(ctx, child, "hello", "child").Get(ctx); err != nil {
+		return "", err
+	}
+	return exec.WorkflowID + " " + exec.RunID, nil
+}
+
+// StartsTakenChild starts a child whose workflow ID is taken.
+func StartsTakenChild(ctx workflow.Context, _ int) (string, error) {
+	_, err := workflow.ExecuteChildWorkflow(ctx, SleepHour, 0, workflow.ChildOptions{ID: "left-child"}).
+		GetChildWorkflowExecution().Get(ctx)
+	var ce *workflow.ChildWorkflowError
+	if errors.As(err, &ce) {
+		return ce.Class, nil
+	}
+	return "", fmt.Errorf("want a child workflow error, got %v", err)
+}
+
+// TestGetChildWorkflowExecution checks that a parent learns its child's run
+// once the child has started, can signal it, and can return leaving it
+// running; and that a child that could not start fails that future.
+func TestGetChildWorkflowExecution(t *testing.T) {
+	t.Parallel()
+	env := durabletest.New(t, durabletest.Options{ManualClock: true})
+	require.NoError(t, engine.RegisterWorkflow(env.Engine, StartsAndLeaves, engine.WorkflowOptions{}))
+	require.NoError(t, engine.RegisterWorkflow(env.Engine, StartsTakenChild, engine.WorkflowOptions{}))
+	require.NoError(t, engine.RegisterWorkflow(env.Engine, SleepHour, engine.WorkflowOptions{}))
+	env.Run()
+	ctx := resultCtx(t)
+	r, err := engine.Start(ctx, env.Engine, StartsAndLeaves, 0, engine.StartOptions{ID: "leaves"})
+	require.NoError(t, err)
+	got, err := r.Result(ctx)
+	require.NoError(t, err)
+	child, err := env.Engine.Describe(ctx, "left-child")
+	require.NoError(t, err)
+	require.Equal(t, "left-child "+child.RunID, got)
+	require.Equal(t, engine.StatusRunning, child.Status, "the abandoned child runs on")
+	events, err := env.Engine.History(ctx, "left-child")
+	require.NoError(t, err)
+	require.Equal(t, 1, countEvents(t, events, "signal_received"), "the parent signalled it")
+	require.NoError(t, env.Engine.ReplayRun(ctx, "leaves"))
+
+	taken, err := engine.Start(ctx, env.Engine, StartsTakenChild, 0, engine.StartOptions{ID: "takes"})
+	require.NoError(t, err)
+	got, err = taken.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "already_running", got)
 }

@@ -36,6 +36,7 @@ func init() {
 	register[VersionMarker]()
 	register[WorkflowContinuedAsNew]()
 	register[ChildWorkflowScheduled]()
+	register[ChildWorkflowStarted]()
 	register[ChildWorkflowCompleted]()
 	register[ChildWorkflowFailed]()
 	register[WorkflowTaskCompleted]()

@@ -248,6 +248,14 @@ type ChildWorkflowScheduled struct {
 	ParentClosePolicy string `json:"parent_close_policy"`
 }
 
+// ChildWorkflowStarted is written to the parent, in the transaction that
+// records ChildWorkflowScheduled, when the child's run was created (a child
+// whose workflow ID has an open run gets ChildWorkflowFailed instead).
+type ChildWorkflowStarted struct {
+	Seq   int64  `json:"seq"`
+	RunID string `json:"run_id"`
+}
+
 // ChildWorkflowCompleted is written to the parent when a child completes.
 type ChildWorkflowCompleted struct {
 	Seq    int64           `json:"seq"`
@@ -262,6 +270,9 @@ type ChildWorkflowFailed struct {
 }
 
 func (ChildWorkflowScheduled) EventType() string { return "child_workflow_scheduled" }
+func (ChildWorkflowStarted) EventType() string   { return "child_workflow_started" }
+func (ChildWorkflowStarted) IsCommand() bool     { return false }
+func (ChildWorkflowStarted) sealed()             {}
 func (ChildWorkflowCompleted) EventType() string { return "child_workflow_completed" }
 func (ChildWorkflowFailed) EventType() string    { return "child_workflow_failed" }
 func (ChildWorkflowScheduled) IsCommand() bool   { return true }

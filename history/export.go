@@ -381,6 +381,8 @@ func outcomeOf(a Attributes) (scheduledSeq, bool) {
 		return scheduledSeq{timer, a.Seq}, true
 	case TimerCanceled:
 		return scheduledSeq{timer, a.Seq}, true
+	case ChildWorkflowStarted:
+		return scheduledSeq{child, a.Seq}, true
 	case ChildWorkflowCompleted:
 		return scheduledSeq{child, a.Seq}, true
 	case ChildWorkflowFailed:

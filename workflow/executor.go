@@ -243,10 +243,20 @@ func (x *executor) apply(ev history.Event) error {
 			x.cancelRequested, x.cancelReason = true, a.Reason
 			x.cancelOpenFutures()
 		}
+	case history.ChildWorkflowStarted:
+		f, ok := x.futures[a.Seq]
+		if !ok || f.started == nil {
+			return &NonDeterminismError{RunID: x.opts.RunID, EventID: ev.ID, Recorded: describeEvent(a),
+				Got: fmt.Sprintf("no open child workflow with seq %d", a.Seq)}
+		}
+		f.started.settle(mustJSON(ChildWorkflowExecution{WorkflowID: f.child, RunID: a.RunID}), nil)
 	case history.ChildWorkflowCompleted:
 		f, err := x.future(ev, a.Seq)
 		if err != nil {
 			return err
+		}
+		if !f.started.ready { // recorded before child_workflow_started existed
+			f.started.settle(mustJSON(ChildWorkflowExecution{WorkflowID: f.child}), nil)
 		}
 		f.settle(a.Result, nil)
 	case history.ChildWorkflowFailed:
@@ -254,7 +264,11 @@ func (x *executor) apply(ev history.Event) error {
 		if err != nil {
 			return err
 		}
-		f.settle(nil, &ChildWorkflowError{WorkflowID: f.child, Message: a.Failure.Message, Class: a.Failure.Class})
+		cerr := &ChildWorkflowError{WorkflowID: f.child, Message: a.Failure.Message, Class: a.Failure.Class}
+		if !f.started.ready { // it could not start
+			f.started.settle(nil, cerr)
+		}
+		f.settle(nil, cerr)
 	case history.ExternalRequestCompleted:
 		f, err := x.future(ev, a.Seq)
 		if err != nil {
@@ -330,8 +344,7 @@ func (x *executor) runMain(input json.RawMessage) {
 		return
 	}
 	if err != nil {
-		f := history.Failure{Message: history.EscapeText(err.Error()), Class: history.EscapeText(errorClass(err))}
-		x.command(history.WorkflowFailed{Failure: f})
+		x.command(history.WorkflowFailed{Failure: failureOf(err)})
 	} else {
 		x.command(history.WorkflowCompleted{Result: result})
 	}
@@ -390,6 +403,15 @@ func (x *executor) match(ev history.Event) error {
 	return nil
 }
 
+// mustJSON encodes a value that always encodes.
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
 // clip shortens s for an error message.
 func clip(s string) string {
 	const max = 200
@@ -421,6 +443,8 @@ func describeEvent(a history.Attributes) string {
 		return fmt.Sprintf("TimerFired(seq %d)", a.Seq)
 	case history.SignalReceived:
 		return fmt.Sprintf("SignalReceived(%s) %s", a.Name, compact(a.Payload))
+	case history.ChildWorkflowStarted:
+		return fmt.Sprintf("ChildWorkflowStarted(seq %d) run %s", a.Seq, a.RunID)
 	case history.ChildWorkflowCompleted:
 		return fmt.Sprintf("ChildWorkflowCompleted(seq %d) result %s", a.Seq, compact(a.Result))
 	case history.ChildWorkflowFailed:

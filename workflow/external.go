@@ -53,8 +53,8 @@ func RequestCancelExternalWorkflow(ctx Context, workflowID, runID, reason string
 
 // SignalChildWorkflow sends arg under name to the child workflow whose
 // future is child (from ExecuteChildWorkflow), as SignalExternalWorkflow.
-func SignalChildWorkflow[Out any](ctx Context, child Future[Out], name string, arg any) Future[struct{}] {
-	f, ok := child.(typedFuture[Out])
+func SignalChildWorkflow[Out any](ctx Context, child ChildWorkflowFuture[Out], name string, arg any) Future[struct{}] {
+	f, ok := child.(childFuture[Out])
 	if !ok || f.f.child == "" {
 		return failedFuture[struct{}]("signal "+name, fmt.Errorf("signal %q: the future is not a child workflow's", name))
 	}

@@ -19,9 +19,10 @@ type Future[T any] interface {
 
 // future is the untyped state behind a Future.
 type future struct {
-	name     string // what it waits for, for errors
-	activity string // the activity's name, for an activity's future
-	child    string // the child's workflow ID, for a child workflow's future
+	name     string  // what it waits for, for errors
+	activity string  // the activity's name, for an activity's future
+	child    string  // the child's workflow ID, for a child workflow's future
+	started  *future // a child's start, for GetChildWorkflowExecution
 	// external and externalRun name the target of a signal or cancel
 	// request to another workflow.
 	external, externalRun string

@@ -108,6 +108,9 @@ func (s *Store) familyEffects(ctx context.Context, in store.CommitWorkflowTaskPa
 		}
 		if n == 1 {
 			ready.WorkflowQueues = append(ready.WorkflowQueues, c.Queue)
+			if err := s.appendEvent(ctx, in.RunID, history.ChildWorkflowStarted{Seq: c.Seq, RunID: c.RunID}, in.Now, ready); err != nil {
+				return err
+			}
 			continue
 		}
 		fail := history.ChildWorkflowFailed{Seq: c.Seq, Failure: history.Failure{
