@@ -107,14 +107,14 @@ func scanActivityTask(row pgx.CollectableRow) (store.ActivityTask, error) {
 const resolveTailSQL = `
 ), run AS (
     UPDATE durable_runs r
-    SET next_event_id = r.next_event_id + 1, updated_at = @now
+    SET next_event_id = r.next_event_id + 1, updated_at = ` + eventTime + `
     FROM task
     WHERE r.run_id = (SELECT run_id FROM task) AND ` + runOpen + `
     RETURNING r.run_id, r.queue, r.workflow_id, r.workflow_type, r.processed_event_id, r.next_event_id - 1 AS event_id,
-        r.trace_context, r.parent_run_id
+        r.trace_context, r.parent_run_id, r.updated_at AS at
 ), ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
-    SELECT run_id, event_id, @type, @attrs, @now FROM run
+    SELECT run_id, event_id, @type, @attrs, at FROM run
 ), wt AS (
     -- With claim_as the new workflow task is claimed for the completing
     -- worker, which runs it without a claim of its own.
@@ -130,7 +130,8 @@ const resolveTailSQL = `
 )
 SELECT (SELECT count(*) FROM task), wt.queue, coalesce(wt.claimed, false), coalesce(wt.token, 0),
     coalesce(run.run_id::text, ''), coalesce(run.workflow_id, ''), coalesce(run.workflow_type, ''), coalesce(run.processed_event_id, 0),
-    coalesce(run.event_id, 0), coalesce(run.trace_context, ''), coalesce(run.parent_run_id::text, '')
+    coalesce(run.event_id, 0), coalesce(run.trace_context, ''), coalesce(run.parent_run_id::text, ''),
+    coalesce(run.at, @now::timestamptz)
 FROM (SELECT 1) one LEFT JOIN wt ON true LEFT JOIN run ON true`
 
 // resolveActivitySQL deletes the task if the claim still holds, and appends
@@ -174,6 +175,7 @@ func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityPar
 		claimed bool
 		wt      store.WorkflowTask
 		eventID int64
+		at      time.Time // the event's time (eventTime)
 	)
 	args := namedArgs{
 		"id": in.TaskID, "attempt": in.Attempt, "now": in.Now, "type": in.Event.EventType(), "attrs": string(attrs),
@@ -188,7 +190,7 @@ func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityPar
 		sql = completeActivitySQL
 	}
 	err = s.writeRow(ctx, in.RunID, sql, args, scanInto(&deleted, &queue, &claimed, &wt.Token, &wt.RunID, &wt.WorkflowID,
-		&wt.WorkflowType, &wt.ProcessedEventID, &eventID, &wt.TraceContext, &wt.ParentRunID))
+		&wt.WorkflowType, &wt.ProcessedEventID, &eventID, &wt.TraceContext, &wt.ParentRunID, &at))
 	if err != nil {
 		return ready, fmt.Errorf("resolve activity task %d: %w", in.TaskID, translate(err))
 	}
@@ -198,7 +200,7 @@ func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityPar
 	switch {
 	case queue != nil && claimed:
 		wt.Queue, wt.LockedUntil = *queue, in.Now.Add(in.Lease)
-		wt.Events = []history.Event{{ID: eventID, Time: in.Now, Attributes: in.Event}}
+		wt.Events = []history.Event{{ID: eventID, Time: at, Attributes: in.Event}}
 		ready.WorkflowTasks = []store.WorkflowTask{wt}
 	case queue != nil:
 		ready.WorkflowQueues = []string{*queue}

@@ -39,12 +39,12 @@ SELECT count(*) FROM child`
 	appendEventSQL = `
 WITH run AS (
     UPDATE durable_runs r
-    SET next_event_id = r.next_event_id + 1, updated_at = @now
+    SET next_event_id = r.next_event_id + 1, updated_at = ` + eventTime + `
     WHERE r.run_id = @run_id AND ` + runOpen + `
-    RETURNING r.run_id, r.queue, r.next_event_id - 1 AS event_id
+    RETURNING r.run_id, r.queue, r.next_event_id - 1 AS event_id, r.updated_at AS at
 ), ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
-    SELECT run_id, event_id, @type, @attrs, @now FROM run
+    SELECT run_id, event_id, @type, @attrs, at FROM run
 ), wt AS (
     INSERT INTO durable_workflow_tasks (run_id, queue, run_after)
     SELECT run_id, queue, @now FROM run
@@ -68,13 +68,14 @@ ORDER BY run_id`
 	terminateByRunSQL = `
 WITH run AS (
     UPDATE durable_runs r
-    SET next_event_id = r.next_event_id + 1, updated_at = @now, status = 'terminated', closed_at = @now,
+    SET next_event_id = r.next_event_id + 1, updated_at = ` + eventTime + `, status = 'terminated',
+        closed_at = ` + eventTime + `,
         failure = jsonb_build_object('message', 'terminated: ' || @reason::text, 'class', 'terminated')
     WHERE r.run_id = @run_id AND ` + runOpen + `
-    RETURNING r.run_id, r.next_event_id - 1 AS event_id
+    RETURNING r.run_id, r.next_event_id - 1 AS event_id, r.updated_at AS at
 ), ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
-    SELECT run_id, event_id, 'workflow_terminated', jsonb_build_object('reason', @reason::text), @now FROM run
+    SELECT run_id, event_id, 'workflow_terminated', jsonb_build_object('reason', @reason::text), at FROM run
 ), wt AS (
     DELETE FROM durable_workflow_tasks t USING run WHERE t.run_id = run.run_id
 ), act AS (

@@ -92,7 +92,9 @@ RETURNING id`
 WITH run AS (
     INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id,
         processed_event_id, created_at, updated_at)
-    SELECT @new_run, workflow_id, workflow_type, queue, 'running', input, @cut::bigint, @cut::bigint - 1, @now, @now
+    -- updated_at not before the copied events (see eventTime).
+    SELECT @new_run, workflow_id, workflow_type, queue, 'running', input, @cut::bigint, @cut::bigint - 1, @now,
+        greatest(updated_at, @now)
     FROM durable_runs WHERE run_id = @old_run
     ON CONFLICT (workflow_id) WHERE status = 'running' DO NOTHING
     RETURNING run_id

@@ -41,14 +41,14 @@ const fusedRunSQL = `, run AS (
     UPDATE durable_runs r
     SET next_event_id = r.next_event_id + cardinality(@types::text[]),
         processed_event_id = @processed,
-        updated_at = @now`
+        updated_at = ` + eventTime
 
 const fusedRunTailSQL = `
     FROM act
     WHERE r.run_id = @run_id AND r.run_id = act.run_id AND ` + runOpen + ` AND r.next_event_id = @processed`
 
 const fusedReturningSQL = `
-    RETURNING r.run_id, r.queue, r.next_event_id - cardinality(@types::text[]) AS first_id, r.waiter`
+    RETURNING r.run_id, r.queue, r.next_event_id - cardinality(@types::text[]) AS first_id, r.waiter, r.updated_at AS at`
 
 // What a fused step consumes: the activity task, or the fired timer (every
 // timer of a run that closes).
@@ -88,7 +88,7 @@ SELECT (SELECT count(*) FROM act), (SELECT count(*) FROM run), (SELECT first_id 
     (SELECT array_agg(ARRAY[id, seq]) FROM acts WHERE locked_by IS NOT NULL),
     (SELECT min(fire_at) FROM tmr)`
 	const closeRun = `,
-        status = 'completed', result = @result::jsonb, closed_at = @now`
+        status = 'completed', result = @result::jsonb, closed_at = ` + eventTime
 	const closeTail = `
       AND NOT EXISTS (SELECT 1 FROM durable_activity_tasks o WHERE o.run_id = r.run_id AND o.id <> @act_id)`
 	const closeSelect = `)
@@ -169,11 +169,11 @@ WITH inp AS (
 ), act AS (%[3]s
 ), run AS (
     UPDATE durable_runs r
-    SET next_event_id = r.next_event_id + i.n, processed_event_id = i.processed, updated_at = i.now%[4]s
+    SET next_event_id = r.next_event_id + i.n, processed_event_id = i.processed, updated_at = greatest(r.updated_at, i.now)%[4]s
     FROM act JOIN inp i ON i.ix = act.ix
     WHERE r.run_id = act.run_id AND ` + runOpen + ` AND r.next_event_id = i.processed
         AND r.run_id = ANY(@run_id::uuid[])%[5]s
-    RETURNING i.ix, r.run_id, r.queue, r.next_event_id - i.n AS first_id, i.now, i.act_id, i.fired_seq, r.waiter
+    RETURNING i.ix, r.run_id, r.queue, r.next_event_id - i.n AS first_id, i.now, r.updated_at AS at, i.act_id, i.fired_seq, r.waiter
 ), done AS (
     %[6]s
 ` + manyEventsCTE
@@ -197,7 +197,7 @@ WITH inp AS (
     WHERE d.run_id = run.run_id AND d.seq = run.fired_seq AND d.run_id = ANY(@run_id::uuid[])`
 		timersDone = `DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id AND d.run_id = ANY(@run_id::uuid[])`
 		closeSet   = `,
-        status = 'completed', result = i.result, closed_at = i.now`
+        status = 'completed', result = i.result, closed_at = greatest(r.updated_at, i.now)`
 		closeCond = `
       AND NOT EXISTS (SELECT 1 FROM durable_activity_tasks o
           WHERE o.run_id = r.run_id AND o.id <> i.act_id AND o.run_id = ANY(@run_id::uuid[]))`

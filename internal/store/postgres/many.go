@@ -49,12 +49,13 @@ func (m *manyStmt) isUUID(name string) bool {
 
 // The parts the statements for many writes share: commitEventsCTE and
 // commitActivitiesCTE (with the timers) for the rows of a CTE run that has
-// the columns ix (the write) and now (its time), and the result columns that
-// say what became ready. The lists they read are manyCommandLists.
+// the columns ix (the write), now (its time) and at (its events' time:
+// eventTime), and the result columns that say what became ready. The lists
+// they read are manyCommandLists.
 const (
 	manyEventsCTE = `), ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
-    SELECT run.run_id, run.first_id + e.pos - 1, e.type, e.attrs, run.now
+    SELECT run.run_id, run.first_id + e.pos - 1, e.type, e.attrs, run.at
     FROM unnest(@ev_ix::bigint[], @ev_pos::bigint[], @types::text[], @attrs::jsonb[]) AS e(ix, pos, type, attrs)
     JOIN run ON run.ix = e.ix
 `

@@ -360,3 +360,60 @@ func TestClaimNextRidesTheGroup(t *testing.T) {
 	require.Len(t, left, 1)
 	require.Equal(t, second, left[0].ID)
 }
+
+// Grouped writes stamp their events as single ones do: never before the
+// run's last event, whatever the writer's Now (see storetest's
+// EventTimesNeverGoBack for each write alone).
+func TestGroupedWritesNeverGoBackInTime(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := postgres.New(pgtest.Pool(t))
+	ahead := time.Date(2030, 1, 1, 0, 0, 10, 0, time.UTC)
+	behind := ahead.Add(-10 * time.Second)
+	runs, acts := runsWithClaimedActivity(t, s, ahead, 6)
+	// Runs 4 and 5 get a workflow task (their activities' outcomes), whose
+	// commits meet in a group below; the others are fused.
+	for _, i := range []int{4, 5} {
+		_, err := s.ResolveActivity(ctx, store.ResolveActivityParams{TaskID: acts[i].ID, Attempt: acts[i].Attempt, Now: behind,
+			Event: history.ActivityCompleted{Seq: 1, Result: json.RawMessage(`"ok"`), Attempt: acts[i].Attempt}})
+		require.NoError(t, err)
+	}
+	commits := make([]store.CommitWorkflowTaskParams, 4)
+	for i := range 2 { // runs 0 and 1: fused steps; 2 and 3: fused closes
+		commits[i] = fusedStep(runs[i], acts[i], behind, history.ActivityScheduled{Seq: 2, Activity: "A", Queue: "q"})
+		commits[i].Activities = []store.NewActivityTask{{Seq: 2, Activity: "A", Queue: "q", IdempotencyKey: runs[i] + ":2",
+			Lease: time.Minute, RunAfter: behind}}
+		commits[2+i] = fusedStep(runs[2+i], acts[2+i], behind, history.WorkflowCompleted{Result: json.RawMessage(`7`)})
+		commits[2+i].Close = &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`7`)}
+	}
+	_, errs, merged := together(t, s, commits, s.CommitWorkflowTask)
+	require.Equal(t, 4, merged, "two fused steps and two fused closes, each kind in a statement for many")
+	for i, err := range errs {
+		require.NoError(t, err, "run %d", i)
+	}
+
+	tasks, err := s.ClaimWorkflowTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 2, Now: ahead, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, tasks, 2)
+	steps := make([]store.CommitWorkflowTaskParams, len(tasks))
+	for i, wt := range tasks {
+		steps[i] = store.CommitWorkflowTaskParams{RunID: wt.RunID, Token: wt.Token, ProcessedEventID: 3, Now: behind,
+			Events: []history.Attributes{history.ActivityScheduled{Seq: 2, Activity: "A", Queue: "q"}},
+			Activities: []store.NewActivityTask{{Seq: 2, Activity: "A", Queue: "q", IdempotencyKey: wt.RunID + ":2",
+				Lease: time.Minute, RunAfter: behind}}}
+	}
+	_, errs, merged = together(t, s, steps, s.CommitWorkflowTask)
+	require.Equal(t, 2, merged, "two steps in one statement")
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+
+	for _, runID := range runs {
+		events, err := s.ListEvents(ctx, runID, 0)
+		require.NoError(t, err)
+		require.Len(t, events, 4)
+		for _, ev := range events {
+			require.False(t, ev.Time.Before(ahead), "run %s: event %d (%s) at %v is before the run's start at %v",
+				runID, ev.ID, ev.Type(), ev.Time, ahead)
+		}
+	}
+}

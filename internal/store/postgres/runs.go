@@ -83,7 +83,7 @@ WITH run AS (
     VALUES (@run_id, @workflow_id, @workflow_type, @queue, 'running', @input, 2 + cardinality(@types::text[]), 1,
         nullif(@trace, ''), nullif(@waiter, ''), @now, @now)
     ON CONFLICT (workflow_id) WHERE status = 'running' DO NOTHING
-    RETURNING run_id, queue, 2::bigint AS first_id
+    RETURNING run_id, queue, 2::bigint AS first_id, @now::timestamptz AS at
 ), started AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
     SELECT run_id, 1, @event_type, @event, @now FROM run
@@ -116,7 +116,8 @@ WITH inp AS (
     ON CONFLICT (workflow_id) WHERE status = 'running' DO NOTHING
     RETURNING run_id
 ), run AS (
-    SELECT i.ix, i.run_id, i.queue, 2::bigint AS first_id, i.now, i.event_type, i.event FROM ins JOIN inp i ON i.run_id = ins.run_id
+    SELECT i.ix, i.run_id, i.queue, 2::bigint AS first_id, i.now, i.now AS at, i.event_type, i.event
+    FROM ins JOIN inp i ON i.run_id = ins.run_id
 ), started AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
     SELECT run_id, 1, event_type, event, now FROM run

@@ -119,8 +119,17 @@ func (s *Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([
 	return tasks, nil
 }
 
+// eventTime is the time an append stamps its events with, and the run's
+// updated_at after it: the writer's Now, but never before the run's last
+// event (updated_at, which every append moves to its events' time), so
+// that a history never goes back in time when its writers' clocks
+// disagree a little. A statement that appends sets updated_at to it and
+// returns it (RETURNING r.updated_at AS at) for its events.
+const eventTime = `greatest(r.updated_at, @now)`
+
 // The parts the commit statements share: lock the task row by its token,
-// append the events after the run's last one, create the activity tasks.
+// append the events after the run's last one (at the run's at: eventTime),
+// create the activity tasks.
 const (
 	commitLockCTE = `
 WITH lock AS (
@@ -131,7 +140,7 @@ WITH lock AS (
 	commitEventsCTE = `
 ), ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
-    SELECT run.run_id, run.first_id + e.ord - 1, e.type, e.attrs, @now
+    SELECT run.run_id, run.first_id + e.ord - 1, e.type, e.attrs, run.at
     FROM run, unnest(@types::text[], @attrs::jsonb[]) WITH ORDINALITY AS e(type, attrs, ord)
 `
 	commitActivitiesCTE = `
@@ -184,11 +193,11 @@ const commitWorkflowTaskSQL = commitLockCTE + `, acts_locked AS (
     UPDATE durable_runs r
     SET next_event_id = r.next_event_id + cardinality(@types::text[]),
         processed_event_id = @processed,
-        updated_at = @now,
+        updated_at = ` + eventTime + `,
         status = coalesce(@close_status, r.status),
         result = coalesce(@result::jsonb, r.result),
         failure = coalesce(@failure::jsonb, r.failure),
-        closed_at = CASE WHEN @close_status::text IS NULL THEN NULL ELSE @now::timestamptz END
+        closed_at = CASE WHEN @close_status::text IS NULL THEN NULL ELSE ` + eventTime + ` END
     FROM lock
     WHERE r.run_id = @run_id AND r.run_id = lock.run_id AND ` + runOpen + `
       -- A commit that carries events its task consumed takes effect only on
@@ -199,7 +208,7 @@ const commitWorkflowTaskSQL = commitLockCTE + `, acts_locked AS (
       AND (SELECT count(*) FROM acts_locked) >= 0
     RETURNING r.run_id, r.queue, r.workflow_id, r.workflow_type, r.input, r.trace_context,
         r.parent_run_id, r.parent_seq, r.parent_close_policy, r.waiter,
-        r.next_event_id - cardinality(@types::text[]) AS first_id
+        r.next_event_id - cardinality(@types::text[]) AS first_id, r.updated_at AS at
 ), dead AS (
     -- A failed run is kept as a dead letter, to be redriven after a fix.
     INSERT INTO durable_dead_letters (kind, type, queue, payload, run_id, workflow_id, attempts, last_error,
@@ -266,11 +275,11 @@ const commitStepSQL = commitLockCTE + `, run AS (
     UPDATE durable_runs r
     SET next_event_id = r.next_event_id + cardinality(@types::text[]),
         processed_event_id = @processed,
-        updated_at = @now
+        updated_at = ` + eventTime + `
     FROM lock
     WHERE r.run_id = @run_id AND r.run_id = lock.run_id AND ` + runOpen + `
       AND (@expect_next::bigint = 0 OR r.next_event_id = @expect_next)
-    RETURNING r.run_id, r.queue, r.next_event_id - cardinality(@types::text[]) AS first_id
+    RETURNING r.run_id, r.queue, r.next_event_id - cardinality(@types::text[]) AS first_id, r.updated_at AS at
 ` + commitEventsCTE + `` + commitActivitiesCTE + `), del AS (
     DELETE FROM durable_workflow_tasks t USING run
     WHERE t.run_id = run.run_id AND (run.first_id = @processed + 1 OR @expect_next::bigint <> 0)
@@ -341,11 +350,11 @@ WITH inp AS (
     ) t
 ), run AS (
     UPDATE durable_runs r
-    SET next_event_id = r.next_event_id + i.n, processed_event_id = i.processed, updated_at = i.now
+    SET next_event_id = r.next_event_id + i.n, processed_event_id = i.processed, updated_at = greatest(r.updated_at, i.now)
     FROM lock JOIN inp i ON i.ix = lock.ix
     WHERE r.run_id = lock.run_id AND ` + runOpen + ` AND r.run_id = ANY(@run_id::uuid[])
       AND (i.expect_next = 0 OR r.next_event_id = i.expect_next)
-    RETURNING i.ix, r.run_id, r.queue, r.next_event_id - i.n AS first_id, i.now, i.processed, i.expect_next
+    RETURNING i.ix, r.run_id, r.queue, r.next_event_id - i.n AS first_id, i.now, r.updated_at AS at, i.processed, i.expect_next
 ` + manyEventsCTE + manyActivitiesCTE + `), del AS (
     DELETE FROM durable_workflow_tasks t USING run
     WHERE t.run_id = run.run_id AND (run.first_id = run.processed + 1 OR run.expect_next <> 0)

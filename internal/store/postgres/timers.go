@@ -38,15 +38,15 @@ WITH due AS (
     SELECT run_id, count(*) AS n FROM del GROUP BY run_id
 ), run AS (
     UPDATE durable_runs r
-    SET next_event_id = r.next_event_id + per_run.n, updated_at = @now
+    SET next_event_id = r.next_event_id + per_run.n, updated_at = ` + eventTime + `
     FROM per_run
     WHERE r.run_id = per_run.run_id AND ` + runOpen + ` AND r.run_id = ANY(ARRAY(SELECT run_id FROM per_run))
     RETURNING r.run_id, r.workflow_id, r.workflow_type, r.queue, r.processed_event_id, r.parent_run_id,
-        r.next_event_id - per_run.n AS first_id, r.trace_context
+        r.next_event_id - per_run.n AS first_id, r.trace_context, r.updated_at AS at
 ), ev AS (
     INSERT INTO durable_events (run_id, event_id, type, attributes, created_at)
     SELECT del.run_id, run.first_id + row_number() OVER (PARTITION BY del.run_id ORDER BY del.seq) - 1,
-        'timer_fired', jsonb_build_object('seq', del.seq), @now
+        'timer_fired', jsonb_build_object('seq', del.seq), run.at
     FROM del JOIN run ON run.run_id = del.run_id
 ), pick AS (
     -- With claim_as, the first claim_limits[i] runs of the worker's types on
@@ -73,7 +73,8 @@ SELECT (SELECT count(*) FROM del),
         FROM del JOIN run ON run.run_id = del.run_id), '[]'),
     coalesce((SELECT json_agg(json_build_object('run_id', run.run_id, 'workflow_id', run.workflow_id,
         'type', run.workflow_type, 'queue', run.queue, 'token', wt.token, 'processed', run.processed_event_id,
-        'trace', coalesce(run.trace_context, ''), 'parent', coalesce(run.parent_run_id::text, ''), 'first_id', run.first_id))
+        'trace', coalesce(run.trace_context, ''), 'parent', coalesce(run.parent_run_id::text, ''), 'first_id', run.first_id,
+        'at', run.at))
         FROM wt JOIN run ON run.run_id = wt.run_id WHERE wt.claimed), '[]')`
 
 // FireTimers implements timer.Store.
@@ -95,15 +96,16 @@ func (s *Store) FireTimersClaiming(ctx context.Context, in store.FireTimersParam
 			Trace string  `json:"trace"`
 		}
 		claimed []struct {
-			RunID        string `json:"run_id"`
-			WorkflowID   string `json:"workflow_id"`
-			WorkflowType string `json:"type"`
-			Queue        string `json:"queue"`
-			Token        int64  `json:"token"`
-			Processed    int64  `json:"processed"`
-			Trace        string `json:"trace"`
-			Parent       string `json:"parent"`
-			FirstID      int64  `json:"first_id"`
+			RunID        string    `json:"run_id"`
+			WorkflowID   string    `json:"workflow_id"`
+			WorkflowType string    `json:"type"`
+			Queue        string    `json:"queue"`
+			Token        int64     `json:"token"`
+			Processed    int64     `json:"processed"`
+			Trace        string    `json:"trace"`
+			Parent       string    `json:"parent"`
+			FirstID      int64     `json:"first_id"`
+			At           time.Time `json:"at"` // the events' time (eventTime)
 		}
 		queues = make([]string, 0, len(in.Claim))
 		limits = make([]int32, 0, len(in.Claim))
@@ -137,7 +139,7 @@ func (s *Store) FireTimersClaiming(ctx context.Context, in store.FireTimersParam
 		run := seqs[c.RunID]
 		slices.Sort(run)
 		for j, seq := range run {
-			tasks[i].Events = append(tasks[i].Events, history.Event{ID: c.FirstID + int64(j), Time: in.Now, Attributes: history.TimerFired{Seq: seq}})
+			tasks[i].Events = append(tasks[i].Events, history.Event{ID: c.FirstID + int64(j), Time: c.At, Attributes: history.TimerFired{Seq: seq}})
 		}
 	}
 	return f, tasks, nil

@@ -56,6 +56,9 @@ var cases = []struct {
 	{"RunWaiterSaysWhoWaitsForTheClose", testRunWaiterSaysWhoWaitsForTheClose},
 	{"NotRunningNamesClosedAndUnknownRuns", testNotRunningNamesClosedAndUnknownRuns},
 
+	// eventtimes.go
+	{"EventTimesNeverGoBack", testEventTimesNeverGoBack},
+
 	// workflowtasks.go
 	{"ClaimSkipsLockedTask", testClaimSkipsLockedTask},
 	{"ClaimRespectsLimitAndQueue", testClaimRespectsLimitAndQueue},
