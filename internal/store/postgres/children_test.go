@@ -111,7 +111,7 @@ func TestParentAndChildCloseTogether(t *testing.T) {
 			// closed after that report and found no open child.
 			f.requireStatus(t, f.child, tt.status)
 			f.requireStatus(t, f.parent, store.StatusCompleted)
-			require.Equal(t, []string{tt.report, "workflow_completed"}, f.eventsAfter3(t, f.parent))
+			require.Equal(t, []string{tt.report, "workflow_completed"}, f.eventsAfter(t, f.parent, 4))
 			f.requireNoTasks(t, f.child)
 		})
 	}
@@ -232,7 +232,7 @@ func setupFamily(t *testing.T) *family {
 // parentCloses is the parent's closing commit.
 func (f *family) parentCloses() store.CommitWorkflowTaskParams {
 	return store.CommitWorkflowTaskParams{
-		RunID: f.parent, Token: f.parentToken, ProcessedEventID: 3, CloseChildren: true, Now: f.now,
+		RunID: f.parent, Token: f.parentToken, ProcessedEventID: 4, CloseChildren: true, Now: f.now,
 		Events: []history.Attributes{history.WorkflowCompleted{Result: json.RawMessage(`"parent"`)}},
 		Close:  &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`"parent"`)},
 	}
@@ -254,15 +254,15 @@ func (f *family) requireNoTasks(t *testing.T, runID string) {
 	require.Zero(t, n, "run %s has no tasks left", runID)
 }
 
-// eventsAfter3 returns the types of a run's events after event 3, checking
-// that their IDs follow on.
-func (f *family) eventsAfter3(t *testing.T, runID string) []string {
+// eventsAfter returns the types of a run's events after event after,
+// checking their IDs go on from it.
+func (f *family) eventsAfter(t *testing.T, runID string, after int64) []string {
 	t.Helper()
-	events, err := f.s.ListEvents(t.Context(), runID, 3)
+	events, err := f.s.ListEvents(t.Context(), runID, after)
 	require.NoError(t, err)
 	var types []string
 	for i, e := range events {
-		require.Equal(t, int64(4+i), e.ID)
+		require.Equal(t, after+1+int64(i), e.ID)
 		types = append(types, e.Type())
 	}
 	return types
