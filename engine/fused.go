@@ -71,7 +71,8 @@ func (e *Engine) stepFused(ctx context.Context, x wfexec.Executor, t store.Workf
 	}()
 
 	before := x.LastEventID()
-	f.event.ID, f.event.Time = before+1, e.now()
+	// Stamped as the store will: never before the run's last event.
+	f.event.ID, f.event.Time = before+1, later(e.now(), x.LastEventTime())
 	x.HoldLogs() // until the step takes effect
 	if err := x.Apply([]history.Event{f.event}, before); err != nil {
 		// The plain path runs the task again from history and reports it.

@@ -171,7 +171,7 @@ func (r *runAhead) settle(rec *store.ActivityTask, merged bool) {
 // invalid), withOutcome closes x and returns false: the ordinary path
 // reports it.
 func (e *Engine) withOutcome(t store.WorkflowTask, x wfexec.Executor, cmds []history.Attributes, r *runAhead) (store.CommitWorkflowTaskParams, bool) {
-	now := e.now()
+	now := later(e.now(), x.LastEventTime()) // as the store stamps the events
 	first := x.LastEventID() + 1
 	if !applyOwn(x, first, now, cmds) {
 		return store.CommitWorkflowTaskParams{}, false
@@ -192,4 +192,12 @@ func (e *Engine) withOutcome(t store.WorkflowTask, x wfexec.Executor, cmds []his
 	commit.CloseChildren = commit.Close != nil && x.HasChildren()
 	commit.NextEventID = first
 	return commit, true
+}
+
+// later returns the later of two times.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

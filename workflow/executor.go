@@ -51,16 +51,17 @@ type executor struct {
 	// after; delivered, when events were delivered since TakeCommands.
 	due, delivered bool
 
-	now          time.Time
-	current      int64 // the event being applied, for traces
-	startedAt    time.Time
-	replaying    bool
-	lastEventID  int64
-	replayedUpTo int64
-	closed       bool // a completion command was produced
-	logger       *slog.Logger
-	holdLogs     bool       // buffer log records (a step that may not take effect)
-	heldLogs     []heldLine // what the workflow logged while held
+	now           time.Time
+	current       int64 // the event being applied, for traces
+	startedAt     time.Time
+	replaying     bool
+	lastEventID   int64
+	lastEventTime time.Time // the latest event time applied
+	replayedUpTo  int64
+	closed        bool // a completion command was produced
+	logger        *slog.Logger
+	holdLogs      bool       // buffer log records (a step that may not take effect)
+	heldLogs      []heldLine // what the workflow logged while held
 }
 
 // heldLine is a log record held back until its step takes effect.
@@ -95,6 +96,8 @@ func newExecutor(o wfexec.Options) *executor {
 }
 
 func (x *executor) LastEventID() int64 { return x.lastEventID }
+
+func (x *executor) LastEventTime() time.Time { return x.lastEventTime }
 
 func (x *executor) HoldLogs() { x.holdLogs = true }
 
@@ -180,6 +183,9 @@ func (x *executor) Apply(events []history.Event, replayedUpTo int64) error {
 			return err
 		}
 		x.lastEventID = ev.ID
+		if ev.Time.After(x.lastEventTime) {
+			x.lastEventTime = ev.Time
+		}
 		// The code runs once the events that reached its task together
 		// are delivered: up to the next command, or the end of what the
 		// task got. Under format 0, after each event.

@@ -59,6 +59,9 @@ type Executor interface {
 	TakeCommands() []history.Attributes
 	// LastEventID is the ID of the last applied event.
 	LastEventID() int64
+	// LastEventTime is the latest time of the events applied: the store
+	// stamps no event of the run earlier than that.
+	LastEventTime() time.Time
 	// HoldLogs holds back what the workflow logs from now on, until
 	// ReleaseLogs: the lines of a step that may not take effect (a fused
 	// step, refused if the run moved on) are logged only if it does.
