@@ -21,7 +21,8 @@ const maxNameLen = 200
 // from workflow code, which overrides the registered options. The zero value
 // means the defaults listed with each field. Options are recorded as JSON with
 // each scheduled activity; the fields whose zero value means "none" (the
-// schedule-to-close and heartbeat timeouts, the non-retryable error types)
+// schedule-to-close, schedule-to-start and heartbeat timeouts, the
+// non-retryable error types)
 // are left out of it when zero.
 type Options struct {
 	// Name is the name the activity is registered and recorded under. It must
@@ -38,6 +39,14 @@ type Options struct {
 	// the activity was scheduled and including the delays between attempts.
 	// Default 0, which means no limit.
 	ScheduleToCloseTimeout time.Duration `json:",omitzero"`
+	// ScheduleToStartTimeout, when set, fails the activity for good if no
+	// attempt has started within that time since it was scheduled: its
+	// future fails with a "timeout" error, which is not retried, whether or
+	// not any worker serves its queue. The engines running notice within
+	// their PollInterval after the deadline. An attempt that started counts
+	// as started even if its claim was given back. Default 0, which means
+	// no limit.
+	ScheduleToStartTimeout time.Duration `json:",omitzero"`
 	// HeartbeatTimeout, when set, fails an attempt that has not called
 	// [RecordHeartbeat] within that time since it started or since its last
 	// heartbeat. Default 0, which means no heartbeat timeout.
@@ -79,6 +88,7 @@ func (o Options) Validate() error {
 	}{
 		{"StartToCloseTimeout", o.StartToCloseTimeout},
 		{"ScheduleToCloseTimeout", o.ScheduleToCloseTimeout},
+		{"ScheduleToStartTimeout", o.ScheduleToStartTimeout},
 		{"HeartbeatTimeout", o.HeartbeatTimeout},
 	} {
 		if f.d < 0 {
@@ -120,6 +130,9 @@ func (o Options) Merge(override Options) Options {
 	}
 	if override.ScheduleToCloseTimeout != 0 {
 		o.ScheduleToCloseTimeout = override.ScheduleToCloseTimeout
+	}
+	if override.ScheduleToStartTimeout != 0 {
+		o.ScheduleToStartTimeout = override.ScheduleToStartTimeout
 	}
 	if override.HeartbeatTimeout != 0 {
 		o.HeartbeatTimeout = override.HeartbeatTimeout

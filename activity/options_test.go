@@ -56,6 +56,7 @@ func TestOptionsValidate(t *testing.T) {
 				Queue:                  "payments",
 				StartToCloseTimeout:    time.Minute,
 				ScheduleToCloseTimeout: time.Hour,
+				ScheduleToStartTimeout: 30 * time.Second,
 				HeartbeatTimeout:       10 * time.Second,
 				Retry:                  activity.RetryPolicy{MaximumAttempts: 3},
 			},
@@ -85,6 +86,11 @@ func TestOptionsValidate(t *testing.T) {
 			name:    "negative schedule-to-close",
 			o:       activity.Options{ScheduleToCloseTimeout: -time.Second},
 			wantErr: "activity options: ScheduleToCloseTimeout -1s is negative (want > 0, or 0 for the default)",
+		},
+		{
+			name:    "negative schedule-to-start",
+			o:       activity.Options{ScheduleToStartTimeout: -time.Second},
+			wantErr: "activity options: ScheduleToStartTimeout -1s is negative (want > 0, or 0 for the default)",
 		},
 		{
 			name:    "negative heartbeat timeout",
@@ -118,6 +124,7 @@ func TestOptionsMerge(t *testing.T) {
 	require.Equal(t, activity.Options{Name: "Charge", Queue: "critical", StartToCloseTimeout: time.Minute,
 		Retry: activity.RetryPolicy{MaximumAttempts: 2, InitialInterval: time.Second}}, got)
 	require.Equal(t, base, base.Merge(activity.Options{}), "a zero override changes nothing")
+	require.Equal(t, 30*time.Second, base.Merge(activity.Options{ScheduleToStartTimeout: 30 * time.Second}).ScheduleToStartTimeout)
 }
 
 // Recorded options leave out the fields whose zero value means "none", and
@@ -126,7 +133,7 @@ func TestOptionsJSONLeavesOutNone(t *testing.T) {
 	o := activity.Options{Name: "Charge", Queue: "payments"}.WithDefaults()
 	b, err := json.Marshal(o)
 	require.NoError(t, err)
-	for _, none := range []string{"ScheduleToCloseTimeout", "HeartbeatTimeout", "NonRetryableErrorTypes"} {
+	for _, none := range []string{"ScheduleToCloseTimeout", "ScheduleToStartTimeout", "HeartbeatTimeout", "NonRetryableErrorTypes"} {
 		require.NotContains(t, string(b), none)
 	}
 	var back activity.Options

@@ -58,6 +58,9 @@ func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask, s *s
 		err := &timeoutError{kind: "lease", d: leaseOf(opts), err: fmt.Errorf("attempt %d did not finish and no attempts are left", t.Attempt-1)}
 		return e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt-1, s)
 	}
+	if err := e.startedTooLate(t, opts); err != nil {
+		return e.resolveFailed(ctx, t, attrs, err, "timeout", 0, s)
+	}
 	timeout := opts.StartToCloseTimeout
 	if s2c := opts.ScheduleToCloseTimeout; s2c > 0 {
 		left := t.ScheduledAt.Add(s2c).Sub(e.now())
@@ -269,7 +272,7 @@ func (p *panicError) Error() string {
 
 // timeoutError is an attempt cut short by one of the activity's timeouts.
 type timeoutError struct {
-	kind string // "start-to-close", "schedule-to-close", "heartbeat", "lease"
+	kind string // "start-to-close", "schedule-to-close", "schedule-to-start", "heartbeat", "lease"
 	d    time.Duration
 	err  error
 }

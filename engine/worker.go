@@ -92,6 +92,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		defer wg.Done()
 		e.pollGauges(ctx, e.opts.MetricsInterval)
 	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		e.expireUnstarted(ctx) // activitytimeouts.go
+	}()
 	go func() {
 		defer wg.Done()
 		for {

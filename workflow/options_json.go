@@ -32,6 +32,7 @@ const maxEncodedOptions = 4096
 type optionsKey struct {
 	name, queue                                string
 	startToClose, scheduleToClose, heartbeat   time.Duration
+	scheduleToStart                            time.Duration
 	initialInterval, maximumInterval           time.Duration
 	backoffCoefficient                         float64
 	maximumAttempts, maximumRateLimitedRetries int
@@ -43,6 +44,7 @@ func keyOf(o activity.Options) optionsKey {
 	return optionsKey{
 		name: o.Name, queue: o.Queue,
 		startToClose: o.StartToCloseTimeout, scheduleToClose: o.ScheduleToCloseTimeout, heartbeat: o.HeartbeatTimeout,
+		scheduleToStart: o.ScheduleToStartTimeout,
 		initialInterval: o.Retry.InitialInterval, maximumInterval: o.Retry.MaximumInterval,
 		backoffCoefficient: o.Retry.BackoffCoefficient,
 		maximumAttempts:    o.Retry.MaximumAttempts, maximumRateLimitedRetries: o.Retry.MaximumRateLimitedRetries,

@@ -642,6 +642,11 @@ type Store interface {
 	// NextDue returns when the earliest task of the kind ("workflow" or
 	// "activity") on the queue becomes ready, or ok false if there is none.
 	NextDue(ctx context.Context, kind, queue string) (t time.Time, ok bool, err error)
+	// UnstartedActivities returns up to limit activity tasks, oldest first,
+	// that no attempt has claimed yet and whose ScheduleToStartTimeout (in
+	// their Options) ended at or before now. The engine fails each for good
+	// with ResolveActivity at Attempt 0, which a claim since then refuses.
+	UnstartedActivities(ctx context.Context, now time.Time, limit int) ([]ActivityTask, error)
 	// SignalRun appends an event (SignalReceived, WorkflowCancelRequested)
 	// to the open run of a workflow ID and makes a workflow task ready. It
 	// returns ErrNotFound if no run has the ID and ErrRunClosed if none is

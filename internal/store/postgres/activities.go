@@ -385,3 +385,34 @@ func (s *Store) EnqueueJob(ctx context.Context, in store.EnqueueJobParams) (int6
 	}
 	return id, true, nil
 }
+
+// unstartedActivitiesSQL finds tasks never claimed whose schedule-to-start
+// timeout (recorded in their options, in nanoseconds) has ended, by the
+// partial index of such tasks (migration 0007).
+const unstartedActivitiesSQL = `
+SELECT t.id, coalesce(t.run_id::text, ''), coalesce(r.workflow_id, ''), coalesce(r.queue, ''), coalesce(r.trace_context, ''),
+    t.seq, t.activity, t.queue, t.idempotency_key, t.max_attempts, t.options, t.created_at
+FROM durable_activity_tasks t LEFT JOIN LATERAL (
+    SELECT r.workflow_id, r.queue, r.trace_context FROM durable_runs r WHERE r.run_id = t.run_id LIMIT 1
+) r ON true
+WHERE t.attempt = 0 AND t.options ? 'ScheduleToStartTimeout'
+    AND t.created_at + ((t.options->>'ScheduleToStartTimeout')::bigint / 1000) * interval '1 microsecond' <= @now
+ORDER BY t.created_at
+LIMIT @limit`
+
+// UnstartedActivities implements store.Store.
+func (s *Store) UnstartedActivities(ctx context.Context, now time.Time, limit int) ([]store.ActivityTask, error) {
+	tasks, err := queryIndexed(ctx, s, unstartedActivitiesSQL, namedArgs{"now": now, "limit": limit}, scanUnstartedActivity)
+	if err != nil {
+		return nil, fmt.Errorf("list activities past their schedule-to-start timeout: %w", translate(err))
+	}
+	return tasks, nil
+}
+
+// scanUnstartedActivity reads a row of unstartedActivitiesSQL.
+func scanUnstartedActivity(row pgx.CollectableRow) (store.ActivityTask, error) {
+	var t store.ActivityTask
+	err := row.Scan(&t.ID, &t.RunID, &t.WorkflowID, &t.WorkflowQueue, &t.TraceContext, &t.Seq, &t.Activity, &t.Queue,
+		&t.IdempotencyKey, &t.MaxAttempts, (*[]byte)(&t.Options), &t.ScheduledAt)
+	return t, err
+}

@@ -91,6 +91,9 @@ var cases = []struct {
 	{"HandOffClaimsTheNextTasks", testHandOffClaimsTheNextTasks},
 	{"ClaimOnlyTheTypesAsked", testClaimOnlyTheTypesAsked},
 
+	// activitytimeouts.go
+	{"UnstartedActivitiesArePastTheirScheduleToStart", testUnstartedActivitiesArePastTheirScheduleToStart},
+
 	// fused.go
 	{"FusedStepRecordsOutcomeAndCommands", testFusedStepRecordsOutcomeAndCommands},
 	{"ReadyQueuesAreNamedOnce", testReadyQueuesAreNamedOnce},
