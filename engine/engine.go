@@ -26,8 +26,16 @@ import (
 // "default", the defaults listed with each field.
 type Options struct {
 	// Queues lists the queues this engine's workers poll, with their
-	// concurrency. Default: {"default": {}}. An engine that only starts
-	// workflows still runs no workers until Run is called.
+	// concurrency. Default (nil or empty): "default", and every queue a
+	// registration names (WorkflowOptions.Queue, activity.Options.Queue),
+	// each with the default QueueOptions, as a Temporal worker serves what
+	// is registered on it. A list given here is polled as is, as River's
+	// Config.Queues is: Run logs a Warn for each registration on a queue
+	// not in it (its tasks wait for another worker that polls that queue).
+	// Registration while Run runs, on a queue it does not poll, is refused
+	// without Options.Queues (register before Run), and warned of with it.
+	// An engine that only starts workflows runs no workers until Run is
+	// called.
 	Queues map[string]QueueOptions
 	// Logger receives the engine's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -127,6 +135,9 @@ type Options struct {
 
 	// wrapStorage, set by tests, wraps the engine's storage (fault injection).
 	wrapStorage func(storage) storage
+	// queuesFromRegistrations is set by withDefaults when Queues was not
+	// given: Run then polls every queue a registration names too.
+	queuesFromRegistrations bool
 	// osNowFunc is the process's own clock. Default time.Now. Tests set it
 	// to a clock that is wrong (skewed) to show that it decides nothing.
 	osNowFunc func() time.Time
@@ -153,6 +164,16 @@ type QueueOptions struct {
 	ActivityConcurrency int
 }
 
+func (q QueueOptions) withDefaults() QueueOptions {
+	if q.WorkflowConcurrency == 0 {
+		q.WorkflowConcurrency = 32
+	}
+	if q.ActivityConcurrency == 0 {
+		q.ActivityConcurrency = 32
+	}
+	return q
+}
+
 const (
 	defaultWorkflowTaskLease = 30 * time.Second
 	defaultActivityRunAhead  = 2 * time.Millisecond
@@ -167,16 +188,11 @@ const (
 func (o Options) withDefaults() Options {
 	if len(o.Queues) == 0 {
 		o.Queues = map[string]QueueOptions{DefaultQueue: {}}
+		o.queuesFromRegistrations = true
 	}
 	qs := make(map[string]QueueOptions, len(o.Queues))
 	for name, q := range o.Queues {
-		if q.WorkflowConcurrency == 0 {
-			q.WorkflowConcurrency = 32
-		}
-		if q.ActivityConcurrency == 0 {
-			q.ActivityConcurrency = 32
-		}
-		qs[name] = q
+		qs[name] = q.withDefaults()
 	}
 	o.Queues = qs
 	if o.Logger == nil {
@@ -265,6 +281,8 @@ type Engine struct {
 	names      map[uintptr]string // function pointer to registered name
 	// workflowTypes and activityTypes list the registered names, for claims.
 	workflowTypes, activityTypes []string
+	// served is the queues Run polls, while it runs (see serve).
+	served map[string]QueueOptions
 
 	cache   *runCache
 	backlog *activityBacklog // activities this engine could not hand off

@@ -253,10 +253,11 @@ func TestQueueGaugesGoToZeroWhenTheQueueDrains(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	reg := prometheus.NewRegistry()
-	watcher := newEngine(t, pool, engine.Options{Registerer: reg, MetricsInterval: 10 * time.Millisecond})
+	watcher := newEngine(t, pool, engine.Options{Registerer: reg, MetricsInterval: 10 * time.Millisecond,
+		Queues: map[string]engine.QueueOptions{engine.DefaultQueue: {}}})
 	opts := activity.Options{Name: "Park", Queue: "parked"}
 	require.NoError(t, engine.RegisterActivity(watcher, Add, opts))
-	run(t, watcher) // it polls "default" only: the job waits on "parked"
+	run(t, watcher) // it polls "default" only (Options.Queues): the job waits on "parked"
 	ctx := resultCtx(t)
 	_, err := engine.Enqueue(ctx, watcher, Add, 1, engine.JobOptions{})
 	require.NoError(t, err)

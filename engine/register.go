@@ -1,9 +1,12 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"maps"
 	"reflect"
 	"runtime"
 	"strings"
@@ -19,6 +22,8 @@ type WorkflowOptions struct {
 	// stores names, not function pointers. Default: the function's name.
 	Name string
 	// Queue is where runs go when StartOptions names none. Default "default".
+	// Run polls it unless Options.Queues lists queues without it (see
+	// Options.Queues).
 	Queue string
 }
 
@@ -68,6 +73,9 @@ func RegisterWorkflow[In, Out any](e *Engine, fn func(workflow.Context, In) (Out
 	if _, dup := e.workflows[name]; dup {
 		return fmt.Errorf("register workflow: %q is already registered", name)
 	}
+	if err := e.checkServedLocked("workflow", name, o.Queue); err != nil {
+		return fmt.Errorf("register workflow %s: %w", name, err)
+	}
 	e.workflows[name] = def
 	e.workflowTypes = append(e.workflowTypes, name)
 	e.names[funcPC(fn)] = name
@@ -108,10 +116,71 @@ func RegisterActivity[In, Out any](e *Engine, fn func(context.Context, In) (Out,
 	if _, dup := e.activities[name]; dup {
 		return fmt.Errorf("register activity: %q is already registered", name)
 	}
+	if err := e.checkServedLocked("activity", name, cmp.Or(o.Queue, DefaultQueue)); err != nil {
+		return fmt.Errorf("register activity %s: %w", name, err)
+	}
 	e.activities[name] = def
 	e.activityTypes = append(e.activityTypes, name)
 	e.names[funcPC(fn)] = name
 	return nil
+}
+
+// checkServedLocked refuses a registration, while Run runs, on a queue Run
+// does not poll but would have, had it been registered before (its pollers
+// are started); with an explicit Options.Queues it warns, as Run does. e.mu
+// is held.
+func (e *Engine) checkServedLocked(kind, name, queue string) error {
+	if e.served == nil {
+		return nil
+	}
+	if _, ok := e.served[queue]; ok {
+		return nil
+	}
+	if !e.opts.queuesFromRegistrations {
+		e.warnNotServed(context.Background(), kind, name, queue)
+		return nil
+	}
+	return fmt.Errorf("queue %q is not polled by the running engine: register before Run (or list the queue in Options.Queues)", queue)
+}
+
+func (e *Engine) warnNotServed(ctx context.Context, kind, name, queue string) {
+	e.log.LogAttrs(ctx, slog.LevelWarn, "registered on a queue this engine does not poll (Options.Queues); its tasks wait for a worker that polls it",
+		slog.String(kind, name), slog.String("queue", queue))
+}
+
+// serve returns the queues Run polls: Options.Queues and, unless those were
+// given, every queue a registration names. It records them for
+// checkServedLocked until unserve, and logs at Warn each registration on a
+// queue an explicit Options.Queues leaves out.
+func (e *Engine) serve(ctx context.Context) map[string]QueueOptions {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	qs := maps.Clone(e.opts.Queues)
+	add := func(kind, name, queue string) {
+		if _, ok := qs[queue]; ok {
+			return
+		}
+		if e.opts.queuesFromRegistrations {
+			qs[queue] = QueueOptions{}.withDefaults()
+			return
+		}
+		e.warnNotServed(ctx, kind, name, queue)
+	}
+	for _, name := range e.workflowTypes {
+		add("workflow", name, e.workflows[name].queue)
+	}
+	for _, name := range e.activityTypes {
+		add("activity", name, cmp.Or(e.activities[name].opts.Queue, DefaultQueue))
+	}
+	e.served = qs
+	return qs
+}
+
+// unserve ends serve's record: Run has returned.
+func (e *Engine) unserve() {
+	e.mu.Lock()
+	e.served = nil
+	e.mu.Unlock()
 }
 
 // resolveActivity maps a function passed to workflow.ExecuteActivity to its

@@ -37,6 +37,25 @@ type StartOptions struct {
 	// RejectIfRunning makes Start return ErrAlreadyRunning instead of the
 	// open run.
 	RejectIfRunning bool
+	// StartAt delays the run's start (Temporal's StartDelay): the run is
+	// recorded at once, so its workflow ID is taken and it can be
+	// described, signalled, canceled or terminated, but its first workflow
+	// task, and so its code, runs only once the engine's clock (the
+	// database's) reaches StartAt. The delay is durable: it survives
+	// restarts of every worker. Signals sent meanwhile are delivered to
+	// that first task, they do not end the delay (Temporal's do); a
+	// Cancel is seen by the code at StartAt; Terminate closes the run at
+	// once. Describe shows it (RunInfo.StartAt). workflow.Now in the first
+	// task is the time of the events it applies (the start, the signals),
+	// not StartAt: read the time from an activity if the code needs it.
+	// Zero, or a time not after
+	// now, starts at once. It is a time, not a duration, so that a Start
+	// retried with the same options (after a timeout, say) asks for the
+	// same instant. A worker polling the run's queue wakes at StartAt,
+	// within a few milliseconds, if it was running when the run was
+	// started (the start's notification tells it when); one started later
+	// learns of it at its first poll.
+	StartAt time.Time
 }
 
 // Status is a run's state.
@@ -136,6 +155,11 @@ func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any
 		// when it closes the run itself; others announce it (see announce).
 		Waiter: e.hub.id,
 	}
+	// A delayed start is only recorded: its first task must not run here now.
+	delayed := o.StartAt.After(params.Now)
+	if delayed {
+		params.StartAt = o.StartAt
+	}
 	// A run started outside a transaction by a running engine that runs its
 	// type has its first task run here first, and is inserted with it (see
 	// eagerStart). If that cannot be, and a workflow slot is free, the run's
@@ -145,7 +169,7 @@ func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any
 		p     *workerPool[store.WorkflowTask]
 		eager func(store.Run, error)
 	)
-	if !inTx {
+	if !inTx && !delayed {
 		if e.eagerFits(ctx) {
 			eager = e.eagerStart(ctx, &params)
 		}
@@ -370,6 +394,11 @@ type RunInfo struct {
 	PendingActivities []PendingActivity
 	// PendingTimers are the run's timers that have not fired.
 	PendingTimers []PendingTimer
+	// StartAt is when the run's code first runs, while its start is
+	// delayed (StartOptions.StartAt) and no worker has taken its first
+	// task yet; zero otherwise. A StartAt in the past means the run waits
+	// for a worker that polls its queue and runs its type.
+	StartAt time.Time
 }
 
 // PendingActivity is an activity of a run that has not finished.
@@ -440,6 +469,9 @@ func (e *Engine) describe(ctx context.Context, runID string) (RunInfo, error) {
 		Status: Status(r.Status), Input: r.Input, Result: r.Result, Failure: r.Failure,
 		CreatedAt: r.CreatedAt, ClosedAt: r.ClosedAt, LastEventID: r.LastEventID,
 		TaskError: r.TaskError, TaskAttempts: r.TaskAttempts,
+	}
+	if r.FirstTaskAt != nil && r.FirstTaskAt.After(r.CreatedAt) {
+		info.StartAt = *r.FirstTaskAt
 	}
 	acts, err := e.store.ListPendingActivities(ctx, runID)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,8 +14,9 @@ import (
 	"github.com/durable-go/durable/timer"
 )
 
-// Run runs this engine's workers until ctx is done: for each queue in
-// Options.Queues, workflow-task and activity workers with the configured
+// Run runs this engine's workers until ctx is done: for each queue it
+// polls (Options.Queues, and without those every queue a registration
+// names), workflow-task and activity workers with the configured
 // concurrency. Work is picked up when a notification says it is ready, with
 // a slow poll as a backstop.
 //
@@ -50,7 +53,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	ps := &pools{wf: map[string]*workerPool[store.WorkflowTask]{}, act: map[string]*workerPool[store.ActivityTask]{},
 		steps: map[string]*semaphore{}}
 	wakeSlots := 0
-	for queue, qo := range e.opts.Queues {
+	queues := e.serve(ctx)
+	defer e.unserve()
+	for queue, qo := range queues {
 		ps.wf[queue] = newWorkerPool(hard, &tasks, qo.WorkflowConcurrency, func(ctx context.Context, t store.WorkflowTask, _ *slot) *store.WorkflowTask {
 			e.processWorkflowTask(ctx, t)
 			return nil
@@ -114,7 +119,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	if e.opts.CommitGroupSize > 1 {
 		stopGroup = e.store.StartGroupCommit(2, e.opts.CommitGroupSize)
 	}
-	for queue := range e.opts.Queues {
+	for queue := range queues {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
@@ -125,7 +130,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			pollLoop(ctx, e, "activity", queue, ps.act[queue], e.claimActivityTasks)
 		}()
 	}
-	e.log.LogAttrs(ctx, slog.LevelInfo, "engine running", slog.String("worker", e.opts.WorkerID), slog.Int("queues", len(e.opts.Queues)))
+	e.log.LogAttrs(ctx, slog.LevelInfo, "engine running", slog.String("worker", e.opts.WorkerID), slog.Any("queues", slices.Sorted(maps.Keys(queues))))
 	<-ctx.Done()
 	e.handoffMu.Lock() // wait for a Start that is handing off its first task
 	e.pools.Store(nil) // no more hand-offs

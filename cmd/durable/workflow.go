@@ -174,6 +174,7 @@ type describeOutput struct {
 	Failure           *history.Failure           `json:"failure,omitempty"`
 	TaskError         string                     `json:"task_error,omitempty"`
 	TaskAttempts      int                        `json:"task_attempts,omitempty"`
+	StartAt           *time.Time                 `json:"start_at,omitempty"` // a delayed start's, until its code runs
 	PendingActivities []postgres.PendingActivity `json:"pending_activities"`
 	PendingTimers     []postgres.PendingTimer    `json:"pending_timers"`
 	// Input and Result are payloads: set only with --payloads.
@@ -187,7 +188,8 @@ func (a *app) workflowDescribeCommand() *cobra.Command {
 		Use:   "describe WORKFLOW_ID",
 		Short: "Show a workflow run's state, pending activities and timers",
 		Long: `describe shows the state of a workflow's newest run (or the run --run names):
-status, type, queue, times, the last event ID, the failure of a failed run,
+status, type, queue, times (with "Start at" for a delayed start whose code
+has not run yet), the last event ID, the failure of a failed run,
 the error of a failing workflow task (a panic, non-determinism, a type no
 worker has) and how often it failed; then the run's pending activities
 (attempts so far, last error, when the next attempt may start) and pending
@@ -226,6 +228,9 @@ personal data: they are printed only with --payloads.`,
 			if r.TaskError != "" {
 				out.TaskAttempts = r.TaskAttempts
 			}
+			if r.FirstTaskAt != nil && r.FirstTaskAt.After(r.CreatedAt) {
+				out.StartAt = r.FirstTaskAt
+			}
 			if rf.payloads {
 				out.Input, out.Result = r.Input, r.Result
 			} else {
@@ -254,6 +259,9 @@ func printDescribe(w io.Writer, d describeOutput, payloads bool, now time.Time) 
 	row("Queue", clean(d.Queue))
 	row("Status", d.Status)
 	row("Created", formatTime(d.CreatedAt))
+	if d.StartAt != nil {
+		row("Start at", formatTime(*d.StartAt)+" ("+relative(*d.StartAt, now)+"; delayed start: its code has not run)")
+	}
 	row("Updated", formatTime(d.UpdatedAt))
 	row("Closed", formatOptTime(d.ClosedAt))
 	row("Last event ID", strconv.FormatInt(d.LastEventID, 10))

@@ -69,6 +69,9 @@ type Run struct {
 	TaskError string
 	// TaskAttempts is how many times the run's pending workflow task has failed.
 	TaskAttempts int
+	// FirstTaskAt is when the run's first workflow task is due, while no
+	// worker has claimed it (see CreateRunParams.StartAt); nil after.
+	FirstTaskAt *time.Time
 	// Waiter is the engine that may wait for the run's close (see
 	// CreateRunParams.Waiter): empty for anyone, "*" for engines besides
 	// the one that started it.
@@ -99,6 +102,10 @@ type CreateRunParams struct {
 	// may wait for the run's close until another says it waits too
 	// (WatchRun). Empty means anyone may.
 	Waiter string
+	// StartAt, if after Now, is when the run's first workflow task becomes
+	// ready (a delayed start); zero means Now. ClaimAs and First must not
+	// be set with it.
+	StartAt time.Time
 	// ClaimAs, if set, claims the run's first workflow task for that worker
 	// for Lease (a hand-off: the starting engine runs it without a claim).
 	ClaimAs string

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -26,7 +27,7 @@ WITH run AS (
 ), task AS (
     -- With claim_as set the first task is claimed for the starting worker.
     INSERT INTO durable_workflow_tasks (run_id, queue, run_after, locked_by, locked_until, token)
-    SELECT run_id, queue, CASE WHEN @claim_as = '' THEN @now ELSE @until END,
+    SELECT run_id, queue, CASE WHEN @claim_as = '' THEN @run_after::timestamptz ELSE @until END,
         nullif(@claim_as, ''), CASE WHEN @claim_as = '' THEN NULL ELSE @until END,
         CASE WHEN @claim_as = '' THEN 0 ELSE nextval('durable_task_token') END
     FROM run
@@ -44,9 +45,9 @@ var createRunMany = &manyStmt{
 WITH inp AS (
     SELECT * FROM unnest(@run_id::uuid[], @workflow_id::text[], @workflow_type::text[], @queue::text[], @input::jsonb[],
         @trace::text[], @now::timestamptz[], @event_type::text[], @event::jsonb[], @claim_as::text[], @until::timestamptz[],
-        @notify::bool[], @waiter::text[])
+        @notify::bool[], @waiter::text[], @run_after::timestamptz[])
         WITH ORDINALITY AS i(run_id, workflow_id, workflow_type, queue, input, trace, now, event_type, event, claim_as,
-            until, notify, waiter, ix)
+            until, notify, waiter, run_after, ix)
 ), run AS (
     INSERT INTO durable_runs (run_id, workflow_id, workflow_type, queue, status, input, next_event_id, trace_context,
         waiter, created_at, updated_at)
@@ -59,7 +60,7 @@ WITH inp AS (
     SELECT i.run_id, 1, i.event_type, i.event, i.now FROM run JOIN inp i ON i.run_id = run.run_id
 ), task AS (
     INSERT INTO durable_workflow_tasks (run_id, queue, run_after, locked_by, locked_until, token)
-    SELECT i.run_id, i.queue, CASE WHEN i.claim_as = '' THEN i.now ELSE i.until END,
+    SELECT i.run_id, i.queue, CASE WHEN i.claim_as = '' THEN i.run_after ELSE i.until END,
         nullif(i.claim_as, ''), CASE WHEN i.claim_as = '' THEN NULL ELSE i.until END,
         CASE WHEN i.claim_as = '' THEN 0 ELSE nextval('durable_task_token') END
     FROM run JOIN inp i ON i.run_id = run.run_id
@@ -71,7 +72,7 @@ SELECT i.ix, count(run.run_id),
 FROM inp i LEFT JOIN run ON run.run_id = i.run_id LEFT JOIN task ON task.run_id = i.run_id
 GROUP BY i.ix ORDER BY i.ix`,
 	scalars: []string{"run_id", "workflow_id", "workflow_type", "queue", "input", "trace", "now", "event_type", "event",
-		"claim_as", "until", "notify", "waiter"},
+		"claim_as", "until", "notify", "waiter", "run_after"},
 }
 
 // createRunFirstSQL is createRunSQL for an eager start: the run comes with
@@ -145,6 +146,7 @@ func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.
 	err = s.startRun(ctx, in.WorkflowID, namedArgs{
 		"notify":        in.Notify,
 		"claim_as":      in.ClaimAs,
+		"run_after":     laterOf(in.StartAt, in.Now),
 		"until":         in.Now.Add(in.Lease),
 		"trace":         in.TraceContext,
 		"waiter":        in.Waiter,
@@ -176,6 +178,14 @@ func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.
 		Waiter:       in.Waiter,
 		Token:        token,
 	}, nil
+}
+
+// laterOf returns the later of a and b.
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // openRunOf returns the open run that kept CreateRun from inserting, with
@@ -247,9 +257,10 @@ const runOpen = `(r.status = 'running') IS TRUE`
 const runColumns = `
     r.run_id::text, r.workflow_id, r.workflow_type, r.queue, r.status, r.input, r.result, r.failure,
     r.created_at, r.updated_at, r.closed_at, r.next_event_id - 1,
-    coalesce(t.last_error, ''), coalesce(t.attempts, 0), coalesce(r.waiter, '')
+    coalesce(t.last_error, ''), coalesce(t.attempts, 0), coalesce(r.waiter, ''),
+    CASE WHEN r.processed_event_id = 0 AND t.token = 0 THEN t.run_after END -- a first task never claimed
 FROM durable_runs r LEFT JOIN LATERAL (
-    SELECT t.last_error, t.attempts FROM durable_workflow_tasks t WHERE t.run_id = r.run_id LIMIT 1
+    SELECT t.last_error, t.attempts, t.token, t.run_after FROM durable_workflow_tasks t WHERE t.run_id = r.run_id LIMIT 1
 ) t ON true`
 
 const (
@@ -302,7 +313,8 @@ func scanRun(row pgx.CollectableRow) (store.Run, error) {
 		failure []byte
 	)
 	err := row.Scan(&r.RunID, &r.WorkflowID, &r.WorkflowType, &r.Queue, &r.Status, &r.Input, &r.Result, &failure,
-		&r.CreatedAt, &r.UpdatedAt, &r.ClosedAt, &r.LastEventID, &r.TaskError, &r.TaskAttempts, &r.Waiter)
+		&r.CreatedAt, &r.UpdatedAt, &r.ClosedAt, &r.LastEventID, &r.TaskError, &r.TaskAttempts, &r.Waiter,
+		&r.FirstTaskAt)
 	if err != nil {
 		return r, err
 	}
