@@ -150,7 +150,13 @@ type bundle struct {
 
 func setup(t *testing.T) bundle {
 	t.Helper()
-	env := durabletest.New(t, durabletest.Options{})
+	return setupWith(t, durabletest.Options{})
+}
+
+// setupWith is setup with the environment's options o.
+func setupWith(t *testing.T, o durabletest.Options) bundle {
+	t.Helper()
+	env := durabletest.New(t, o)
 	s := &shop{}
 	register(t, env.Engine, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -311,7 +317,9 @@ func TestCompensateEmptiesTheStack(t *testing.T) {
 // it stops.
 func TestCrashHalfwayResumesWithoutRepeating(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	// The first engine polls only "default": without Options.Queues it
+	// would serve "late" too, the queue its registrations name.
+	b := setupWith(t, durabletest.Options{Engine: engine.Options{Queues: map[string]engine.QueueOptions{"default": {}}}})
 	p := plan{Steps: []string{"a", "b", "c"}, FailAt: "c", Late: []string{"a"}}
 
 	ctx1, stop := context.WithCancel(b.ctx)

@@ -445,6 +445,9 @@ func redact(a history.Attributes) history.Attributes {
 	case history.ChildWorkflowCompleted:
 		e.Result = nil
 		return e
+	case history.ExternalSignalScheduled:
+		e.Payload = nil
+		return e
 	}
 	return a
 }
@@ -516,6 +519,20 @@ func summarize(a history.Attributes, payloads bool) string {
 		s = fmt.Sprintf("seq %d", e.Seq)
 		p = e.Result
 	case history.ChildWorkflowFailed:
+		s = fmt.Sprintf("seq %d: %s", e.Seq, failure(e.Failure))
+	case history.ChildWorkflowStarted:
+		s = fmt.Sprintf("seq %d: run %s", e.Seq, clean(e.RunID))
+	case history.ExternalSignalScheduled:
+		s = fmt.Sprintf("seq %d: %s to %s", e.Seq, clean(e.Name), clean(e.WorkflowID))
+		if e.RunID != "" {
+			s += " run " + clean(e.RunID)
+		}
+		p = e.Payload
+	case history.ExternalCancelScheduled:
+		s = fmt.Sprintf("seq %d: %s: %s", e.Seq, clean(e.WorkflowID), clean(e.Reason))
+	case history.ExternalRequestCompleted:
+		s = fmt.Sprintf("seq %d", e.Seq)
+	case history.ExternalRequestFailed:
 		s = fmt.Sprintf("seq %d: %s", e.Seq, failure(e.Failure))
 	}
 	if payloads && p != nil {
