@@ -129,3 +129,27 @@ func TestExampleRetriesSkipTime(t *testing.T) {
 	require.True(t, ok, "event 2 is %s", events[1].Type())
 	require.Equal(t, "Flaky", scheduled.Activity, "history records the registered name")
 }
+
+// RetryingElsewhere runs flaky on the "payments" queue.
+func RetryingElsewhere(ctx workflow.Context, _ string) (int, error) {
+	return workflow.ExecuteActivity(ctx, flaky, "").Get(ctx)
+}
+
+// TestSkippedTimeWakesQueuesNamedAtRegistration checks that the Env wakes
+// the queues the engine serves because its registrations name them, not
+// only those of Options.Engine.Queues: with a one-minute poll, a retry
+// on such a queue would otherwise wait for the poll.
+func TestSkippedTimeWakesQueuesNamedAtRegistration(t *testing.T) {
+	t.Parallel()
+	env := durabletest.New(t, durabletest.Options{Engine: engine.Options{PollInterval: time.Minute}})
+	require.NoError(t, engine.RegisterWorkflow(env.Engine, RetryingElsewhere, engine.WorkflowOptions{Queue: "orders"}))
+	require.NoError(t, engine.RegisterActivity(env.Engine, flaky, activity.Options{Queue: "payments"}))
+	env.Run()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	run, err := engine.Start(ctx, env.Engine, RetryingElsewhere, "", engine.StartOptions{})
+	require.NoError(t, err)
+	got, err := run.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, got)
+}
