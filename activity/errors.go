@@ -14,6 +14,18 @@ import (
 // its outcome is not recorded. Test for it with errors.Is.
 var ErrCanceled = errors.New("activity canceled: its workflow canceled it or closed")
 
+// ErrResultPending, returned by an activity, says that its result comes
+// later, from anywhere: the engine records nothing, and the attempt waits,
+// its claim handed off from the worker, until a process completes or fails
+// it with [Info.TaskToken] (engine.CompleteActivity, engine.FailActivity)
+// or by workflow ID and [Info.Seq] (engine.CompleteActivityByID). The
+// attempt's lease still runs: it ends after StartToCloseTimeout from the
+// attempt's start, or, with a HeartbeatTimeout, after that long without a
+// heartbeat by token (engine.RecordActivityHeartbeat); then the activity
+// is retried per its RetryPolicy, and the old token is refused. Return it
+// as it is: the value returned with it is ignored.
+var ErrResultPending = errors.New("activity result pending: it is completed later with its task token")
+
 // Error classes of the two wrappers, as returned by [ErrorClass].
 const (
 	classPermanent   = "permanent"

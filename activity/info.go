@@ -40,6 +40,10 @@ type Info struct {
 	// by an earlier attempt, or nil if there was none. Decode it with
 	// [encoding/json.Unmarshal] to resume where that attempt stopped.
 	HeartbeatDetails []byte
+	// TaskToken names this attempt to the process that completes it later
+	// (see [ErrResultPending]): an opaque, printable string of bytes. It
+	// stops working once the attempt is completed, failed or timed out.
+	TaskToken []byte
 }
 
 type (

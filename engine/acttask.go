@@ -123,6 +123,7 @@ func (e *Engine) attempt(ctx context.Context, t store.ActivityTask, def *activit
 		Name: t.Activity, IdempotencyKey: t.IdempotencyKey, Attempt: t.Attempt, Queue: t.Queue,
 		WorkflowID: t.WorkflowID, RunID: t.RunID, Seq: t.Seq, HeartbeatDetails: t.Heartbeat,
 		ScheduledTime: t.ScheduledAt, StartedTime: e.now(), Deadline: time.Now().Add(timeout),
+		TaskToken: taskToken(t),
 	}
 	actx2 := activity.WithLogger(activity.NewContext(withCodecContext(actx, e.opts.Codec), info), e.log)
 	actx2 = activity.WithHeartbeatFunc(actx2, hb.beat)
@@ -165,6 +166,11 @@ func (e *Engine) attempt(ctx context.Context, t store.ActivityTask, def *activit
 // error leads to (finishActivity).
 func (e *Engine) recordAttempt(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, out json.RawMessage, err error,
 	opts activity.Options, s *slot) *store.ActivityTask {
+	if errors.Is(err, activity.ErrResultPending) {
+		if err = e.awaitResult(ctx, t, attrs, opts); err == nil { // asyncactivity.go
+			return nil
+		}
+	}
 	if err != nil {
 		return e.finishActivity(ctx, t, attrs, err, opts, s)
 	}
@@ -296,33 +302,42 @@ func errorClass(err error) string {
 	return activity.ErrorClass(err)
 }
 
-// finishActivity decides what a failed attempt leads to: a retry on our
-// schedule, a retry on the other side's schedule, or the final failure.
-func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, opts activity.Options, s *slot) *store.ActivityTask {
-	class := errorClass(cause)
+// failurePlan decides what attempt t's failure with cause leads to: a
+// retry, or (retry nil) the final failure, final, of class.
+func (e *Engine) failurePlan(t store.ActivityTask, cause error, opts activity.Options) (retry *store.RetryActivityParams, final error, class string) {
+	class = errorClass(cause)
 	policy := opts.Retry.WithDefaults()
 	now := e.now()
-	retry := store.RetryActivityParams{TaskID: t.ID, Attempt: t.Attempt, Error: store.EscapeText(cause.Error()), ErrorClass: class, Now: now}
+	retry = &store.RetryActivityParams{TaskID: t.ID, Attempt: t.Attempt, Error: store.EscapeText(cause.Error()), ErrorClass: class, Now: now}
 	switch after, rateLimited := activity.RetryAfter(cause); {
 	case activity.IsNonRetryable(cause) || slices.Contains(policy.NonRetryableErrorTypes, class):
-		return e.resolveFailed(ctx, t, attrs, cause, class, t.Attempt, s)
+		return nil, cause, class
 	case rateLimited && t.RateLimited < policy.MaximumRateLimitedRetries:
 		retry.RunAfter, retry.RateLimited = now.Add(after), true
 	case t.MaxAttempts > 0 && t.Attempt >= t.MaxAttempts:
 		// The task's budget: the policy's, plus rate-limited retries and
 		// attempts given back on shutdown.
-		return e.resolveFailed(ctx, t, attrs, cause, class, t.Attempt, s)
+		return nil, cause, class
 	default:
 		retry.RunAfter = now.Add(policy.Delay(t.Attempt, e.opts.RandFunc))
 	}
 	if s2c := opts.ScheduleToCloseTimeout; s2c > 0 && retry.RunAfter.After(t.ScheduledAt.Add(s2c)) {
-		err := &timeoutError{kind: "schedule-to-close", d: s2c, err: cause}
-		return e.resolveFailed(ctx, t, attrs, err, "timeout", t.Attempt, s)
+		return nil, &timeoutError{kind: "schedule-to-close", d: s2c, err: cause}, "timeout"
+	}
+	return retry, nil, class
+}
+
+// finishActivity decides what a failed attempt leads to: a retry on our
+// schedule, a retry on the other side's schedule, or the final failure.
+func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, opts activity.Options, s *slot) *store.ActivityTask {
+	retry, final, class := e.failurePlan(t, cause, opts)
+	if retry == nil {
+		return e.resolveFailed(ctx, t, attrs, final, class, t.Attempt, s)
 	}
 	e.metrics.outcomes.WithLabelValues("activity", t.Activity, outcomeFailedRetrying).Inc()
 	e.log.LogAttrs(ctx, slog.LevelWarn, "activity attempt failed; retrying",
 		append(attrs, slog.String("error", cause.Error()), slog.String("class", class), slog.Time("retry_at", retry.RunAfter))...)
-	if err := e.store.RetryActivity(ctx, retry); err != nil {
+	if err := e.store.RetryActivity(ctx, *retry); err != nil {
 		e.logLostWrite(ctx, "record activity retry", attrs, err)
 		return nil
 	}

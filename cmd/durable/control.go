@@ -79,28 +79,35 @@ data; this command does not print them.`,
 // readPayload returns the signal payload that --payload or --payload-file
 // gives, or null; anything but one JSON value is a usage error.
 func readPayload(cmd *cobra.Command, payload, file string) (json.RawMessage, error) {
-	fromArg, fromFile := cmd.Flags().Changed("payload"), cmd.Flags().Changed("payload-file")
+	return readJSONFlag(cmd, "payload", payload, file)
+}
+
+// readJSONFlag returns the JSON value that --name or --name-file gives
+// (arg and file are their values), or null; anything but one JSON value
+// is a usage error.
+func readJSONFlag(cmd *cobra.Command, name, arg, file string) (json.RawMessage, error) {
+	fromArg, fromFile := cmd.Flags().Changed(name), cmd.Flags().Changed(name+"-file")
 	var (
 		b    []byte
 		flag string
 	)
 	switch {
 	case fromArg && fromFile:
-		return nil, usageError("give --payload or --payload-file, not both")
+		return nil, usageError("give --%s or --%s-file, not both", name, name)
 	case fromArg:
-		b, flag = []byte(payload), "--payload"
+		b, flag = []byte(arg), "--"+name
 	case fromFile:
 		var err error
 		if b, err = os.ReadFile(file); err != nil {
-			return nil, usageError("--payload-file: %v", err)
+			return nil, usageError("--%s-file: %v", name, err)
 		}
-		flag = "--payload-file " + clean(file)
+		flag = "--" + name + "-file " + clean(file)
 	default:
 		return json.RawMessage("null"), nil
 	}
 	var v json.RawMessage
 	if err := json.Unmarshal(b, &v); err != nil {
-		return nil, usageError("%s is not valid JSON (%v): quote a string payload as JSON, as in --payload '\"yes\"'", flag, err)
+		return nil, usageError("%s is not valid JSON (%v): quote a string as JSON, as in --%s '\"yes\"'", flag, err, name)
 	}
 	return v, nil
 }

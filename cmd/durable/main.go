@@ -182,7 +182,7 @@ func (a *app) rootCommand() *cobra.Command {
 	})
 	wf := a.workflowCommand()
 	a.addWorkflowControl(wf)
-	root.AddCommand(a.migrateCommand(), wf, a.dlqCommand(), a.statsCommand(), a.vetCommand())
+	root.AddCommand(a.migrateCommand(), wf, a.activityCommand(), a.dlqCommand(), a.statsCommand(), a.vetCommand())
 	return root
 }
 

@@ -486,6 +486,10 @@ type ResolveActivityParams struct {
 	// with a lease of Lease.
 	ClaimAs string
 	Lease   time.Duration
+	// Held, if set, requires the claim to be held, or the store returns
+	// ErrLeaseLost: an outcome from outside the attempt (an asynchronous
+	// completion) must not resolve a task that waits for a retry.
+	Held bool
 }
 
 // HeartbeatParams are the inputs of HeartbeatActivity.
@@ -500,6 +504,11 @@ type HeartbeatParams struct {
 	Details json.RawMessage
 	// LockedUntil is the extended end of the claim.
 	LockedUntil time.Time
+	// HandOff, if set, passes the claim to that holder and keeps the
+	// details there are (Details is unused): the attempt's worker no
+	// longer holds it, nor gives it back on shutdown, and its result
+	// comes later from anywhere (ResolveActivityParams.Held).
+	HandOff string
 }
 
 // EnqueueJobParams are the inputs of EnqueueJob. Task.Seq is unused.

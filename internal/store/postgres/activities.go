@@ -140,7 +140,7 @@ FROM (SELECT 1) one LEFT JOIN wt ON true LEFT JOIN run ON true`
 const resolveActivitySQL = `
 WITH task AS (
     DELETE FROM durable_activity_tasks
-    WHERE id = @id AND attempt = @attempt
+    WHERE id = @id AND attempt = @attempt AND (NOT @held::bool OR locked_by IS NOT NULL)
     RETURNING run_id, activity, queue, input, idempotency_key, options, first_failed_at
 ), dead AS (
     -- A standalone job that fails for good is kept as a dead letter.
@@ -157,7 +157,7 @@ WITH task AS (
 const completeActivitySQL = `
 WITH task AS (
     DELETE FROM durable_activity_tasks
-    WHERE id = @id AND attempt = @attempt
+    WHERE id = @id AND attempt = @attempt AND (NOT @held::bool OR locked_by IS NOT NULL)
     RETURNING run_id
 ` + resolveTailSQL
 
@@ -180,7 +180,7 @@ func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityPar
 	args := namedArgs{
 		"id": in.TaskID, "attempt": in.Attempt, "now": in.Now, "type": in.Event.EventType(), "attrs": string(attrs),
 		"failed": false, "error": "", "class": "", "attempts": in.Attempt,
-		"claim_as": in.ClaimAs, "until": in.Now.Add(in.Lease),
+		"claim_as": in.ClaimAs, "until": in.Now.Add(in.Lease), "held": in.Held,
 	}
 	if f, ok := in.Event.(history.ActivityFailed); ok {
 		args["failed"], args["error"], args["class"], args["attempts"] = true, f.Failure.Message, f.Failure.Class, f.Failure.Attempts
@@ -296,7 +296,8 @@ func (s *Store) NextDue(ctx context.Context, kind, queue string) (time.Time, boo
 
 const heartbeatActivitySQL = `
 UPDATE durable_activity_tasks
-SET heartbeat = @details, locked_until = @until, run_after = @until
+SET heartbeat = CASE WHEN @hand_off::text = '' THEN @details ELSE heartbeat END,
+    locked_by = coalesce(nullif(@hand_off::text, ''), locked_by), locked_until = @until, run_after = @until
 WHERE id = @id AND attempt = @attempt AND locked_by IS NOT NULL`
 
 // HeartbeatActivity implements store.Store.
@@ -305,7 +306,7 @@ func (s *Store) HeartbeatActivity(ctx context.Context, in store.HeartbeatParams)
 		return fmt.Errorf("heartbeat activity task %d: details: %w", in.TaskID, err)
 	}
 	tag, err := s.exec(ctx, heartbeatActivitySQL, namedArgs{
-		"id": in.TaskID, "attempt": in.Attempt, "details": jsonArg(in.Details), "until": in.LockedUntil,
+		"id": in.TaskID, "attempt": in.Attempt, "details": jsonArg(in.Details), "until": in.LockedUntil, "hand_off": in.HandOff,
 	})
 	if err != nil {
 		return fmt.Errorf("heartbeat activity task %d: %w", in.TaskID, translate(err))

@@ -107,11 +107,17 @@ type PendingActivity struct {
 	// Heartbeat is the details of the last heartbeat, from this attempt or
 	// an earlier one, or nil.
 	Heartbeat json.RawMessage `json:"heartbeat,omitempty"`
+	// Options, RateLimited and ScheduledAt are the task's, for the engine
+	// to decide a retry of an attempt failed from elsewhere
+	// (engine.FailActivity).
+	Options     json.RawMessage `json:"-"`
+	RateLimited int             `json:"-"`
+	ScheduledAt time.Time       `json:"-"`
 }
 
 const listPendingActivitiesSQL = `
 SELECT id, seq, activity, queue, attempt, max_attempts, coalesce(last_error, ''),
-    run_after, coalesce(locked_by, ''), locked_until, input, heartbeat
+    run_after, coalesce(locked_by, ''), locked_until, input, heartbeat, options, rate_limited, created_at
 FROM durable_activity_tasks
 WHERE run_id = @run_id
 ORDER BY seq, id`
@@ -126,7 +132,7 @@ func (s *Store) ListPendingActivities(ctx context.Context, runID string) ([]Pend
 	acts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (PendingActivity, error) {
 		var a PendingActivity
 		err := row.Scan(&a.TaskID, &a.Seq, &a.Activity, &a.Queue, &a.Attempts, &a.MaxAttempts, &a.LastError,
-			&a.RunAfter, &a.LockedBy, &a.LockedUntil, &a.Input, &a.Heartbeat)
+			&a.RunAfter, &a.LockedBy, &a.LockedUntil, &a.Input, &a.Heartbeat, (*[]byte)(&a.Options), &a.RateLimited, &a.ScheduledAt)
 		return a, err
 	})
 	if err != nil {
