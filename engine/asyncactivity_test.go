@@ -162,3 +162,73 @@ func TestAsyncActivityTimesOut(t *testing.T) {
 	require.ErrorContains(t, err, "timeout")
 	require.ErrorIs(t, engine.CompleteActivity(ctx, other, second.TaskToken, "too late"), engine.ErrActivityNotFound)
 }
+
+// TestPendingActivitySurvivesWorkerShutdown checks that a worker that shuts
+// down does not give back an attempt that waits for its result (which
+// would run the activity again and void its token), and that another
+// worker runs the workflow on once the attempt is completed.
+func TestPendingActivitySurvivesWorkerShutdown(t *testing.T) {
+	t.Parallel()
+	ctx := resultCtx(t)
+	pool := pgtest.Pool(t)
+	a := &awaitsApproval{attempts: make(chan activity.Info, 10)}
+	wf := func(ctx workflow.Context, n int) (string, error) {
+		return workflow.ExecuteActivity(ctx, a.Run, n).Get(ctx)
+	}
+	worker := func() *engine.Engine {
+		e := newEngine(t, pool, engine.Options{})
+		require.NoError(t, engine.RegisterWorkflow(e, wf, engine.WorkflowOptions{Name: "AwaitsApproval"}))
+		require.NoError(t, engine.RegisterActivity(e, a.Run, activity.Options{Name: "RequestApproval"}))
+		return e
+	}
+	first := worker()
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- first.Run(runCtx) }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			stop()
+			<-done
+		}
+	})
+	r, err := engine.Start(ctx, first, wf, 1, engine.StartOptions{ID: "expense-shutdown"})
+	require.NoError(t, err)
+	info := a.attempt(t, ctx)
+	holder := func() (h string, attempt int, err error) {
+		err = pool.QueryRow(ctx, "SELECT coalesce(locked_by, ''), attempt FROM durable_activity_tasks").Scan(&h, &attempt)
+		return h, attempt, err
+	}
+	require.Eventually(t, func() bool { h, _, err := holder(); return err == nil && h == "async" }, 10*time.Second, 5*time.Millisecond,
+		"the worker hands the pending attempt's claim off")
+	stop()
+	stopped = true
+	require.NoError(t, <-done)
+	h, attempt, err := holder()
+	require.NoError(t, err)
+	require.Equal(t, "async", h, "shutdown gave the pending attempt back")
+	require.Equal(t, 1, attempt)
+
+	run(t, worker())
+	require.NoError(t, engine.CompleteActivity(ctx, newEngine(t, pool, engine.Options{}), info.TaskToken, "approved after a restart"))
+	got, err := r.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "approved after a restart", got)
+	require.Empty(t, a.attempts, "the activity ran once")
+}
+
+// TestJobCannotWaitForItsResult checks that a standalone job, which has no
+// workflow to deliver a later result to, fails for good when it returns
+// activity.ErrResultPending, saying why, instead of being retried.
+func TestJobCannotWaitForItsResult(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, pgtest.Pool(t), engine.Options{})
+	job := &jobCounter{err: activity.ErrResultPending}
+	require.NoError(t, engine.RegisterActivity(e, job.Run, activity.Options{Name: "Ship", Retry: fastRetry(10)}))
+	run(t, e)
+	_, err := engine.Enqueue(resultCtx(t), e, job.Run, 1, engine.JobOptions{Key: "ship-1"})
+	require.NoError(t, err)
+	d := waitDeadLetter(t, e, engine.DeadJob)
+	require.Equal(t, int32(1), job.attempts.Load(), "not retried")
+	require.Contains(t, d.LastError, "only activities of a workflow can complete later")
+}
