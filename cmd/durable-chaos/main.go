@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -51,7 +52,38 @@ func longOptions() chaos.Options {
 		KillEvery: 700 * time.Millisecond, KillAllEvery: 30 * time.Second, PauseEvery: 5 * time.Second,
 		PGStopEvery: 20 * time.Second, PGStopMax: 2 * time.Second, ConnKillEvery: 3 * time.Second,
 		DrainTimeout: 5 * time.Minute,
+		SpinEvery:    time.Minute, UpgradeAt: 15 * time.Minute, WrongKeySignals: true,
+		ClockSkews: []time.Duration{0, -5 * time.Second, time.Hour},
 	}
+}
+
+// skewsFlag is a comma-separated list of durations, one per worker slot.
+type skewsFlag struct{ d *[]time.Duration }
+
+func (f skewsFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	parts := make([]string, len(*f.d))
+	for i, d := range *f.d {
+		parts[i] = d.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f skewsFlag) Set(s string) error {
+	var out []time.Duration
+	if s != "" {
+		for _, p := range strings.Split(s, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(p))
+			if err != nil {
+				return err
+			}
+			out = append(out, d)
+		}
+	}
+	*f.d = out
+	return nil
 }
 
 // parseFlags returns the rig's options from the command line. -short
@@ -83,6 +115,11 @@ func parseFlags(args []string, stderr io.Writer) (chaos.Options, error) {
 	fs.DurationVar(&o.PGStopEvery, "pg-stop-every", def.PGStopEvery, "mean time between PostgreSQL stops, fast and immediate in turn (0: never)")
 	fs.DurationVar(&o.PGStopMax, "pg-stop-max", def.PGStopMax, "longest PostgreSQL stop")
 	fs.DurationVar(&o.ConnKillEvery, "conn-kill-every", def.ConnKillEvery, "mean time between pg_terminate_backend rounds (0: never)")
+	fs.DurationVar(&o.SpinEvery, "spin-every", def.SpinEvery, "mean time between runs of workflow code that never yields, terminated by the driver (0: none)")
+	fs.DurationVar(&o.UpgradeAt, "upgrade-at", def.UpgradeAt, "when to upgrade every worker to the second generation of the workflow code (default: half the duration; 0: run it from the start)")
+	fs.Var(skewsFlag{&o.ClockSkews}, "clock-skews", "clock skew of each worker slot, in slot order, comma-separated (e.g. 0,-5s,1h; empty: none)")
+	fs.BoolVar(&o.WrongKeySignals, "wrong-key-signals", def.WrongKeySignals, "send some signals from an engine whose payload key is wrong")
+	fs.DurationVar(&o.DeadlockTimeout, "deadlock-timeout", def.DeadlockTimeout, "the workers' workflow deadlock timeout (0: half the lease)")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", def.DrainTimeout, "how long open workflows may take once the faults stop")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed of the workload and the fault choices (0: from the clock)")
 	fs.StringVar(&o.Dir, "dir", "", "directory for the logs (default: a new temporary directory)")
@@ -91,6 +128,11 @@ func parseFlags(args []string, stderr io.Writer) (chaos.Options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q (see -h)", fs.Args())
+	}
+	upgradeSet := false
+	fs.Visit(func(f *flag.Flag) { upgradeSet = upgradeSet || f.Name == "upgrade-at" })
+	if !upgradeSet {
+		o.UpgradeAt = o.Duration / 2
 	}
 	return o, nil
 }

@@ -20,9 +20,11 @@ func TestMain(m *testing.M) {
 }
 
 // TestShortMode runs the whole rig briefly: worker kills (one and all),
-// pauses past the lease, PostgreSQL stops (fast and immediate) and killed
-// connections, then checks that nothing was lost and that every kind of
-// fault happened.
+// pauses past the lease, PostgreSQL stops (fast and immediate), killed
+// connections and an upgrade of the workflow code, with signals racing
+// closing tasks, texts PostgreSQL cannot hold, code that never yields and
+// an engine with the wrong payload key; then checks that nothing was lost
+// and that every kind of fault and of workload happened.
 func TestShortMode(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -53,4 +55,11 @@ func TestShortMode(t *testing.T) {
 	require.Positive(t, rep.PGStopsImmediate, "PostgreSQL was never stopped with -m immediate")
 	require.Positive(t, rep.ConnectionsKilled, "no connection was killed")
 	require.GreaterOrEqual(t, rep.Workflows, o.Workflows)
+	require.Positive(t, rep.Upgrades, "the workers were never upgraded")
+	require.Positive(t, rep.UpgradedMidRun, "no versioned run was upgraded mid-run")
+	require.Positive(t, rep.SpinsTerminated, "no run of code that never yields was terminated")
+	require.Positive(t, rep.WrongKeySignals, "no signal came from an engine with the wrong key")
+	require.Positive(t, rep.SignalsAccepted, "no signal reached a Drain run")
+	require.Positive(t, rep.BadTextRuns, "no run failed with a text PostgreSQL cannot hold")
+	require.Positive(t, rep.OutcomesChecked, "the database showed no outcome to check")
 }

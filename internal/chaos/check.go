@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/engine"
 	"github.com/durable-go/durable/history"
 )
@@ -21,9 +22,10 @@ import (
 // Findings are what the checker counted, and the violations it found. A
 // workload that lost nothing has no violations.
 type Findings struct {
-	// Workflows the driver started, and Runs in the database.
-	Workflows int `json:"workflows"`
-	Runs      int `json:"runs"`
+	// Workflows the driver started, by kind, and Runs in the database.
+	Workflows int          `json:"workflows"`
+	Kinds     map[Kind]int `json:"kinds"`
+	Runs      int          `json:"runs"`
 	// Lost counts workflows without a run that completed with the result
 	// its input implies.
 	Lost int `json:"lost"`
@@ -58,40 +60,119 @@ type Findings struct {
 	// driver meant to send: a send that failed was retried, and had
 	// committed after all (the workflow counts each signal once).
 	SignalsDeliveredTwice int `json:"signals_delivered_twice"`
+	// SignalsAccepted counts the signals to Drain runs whose Signal call
+	// returned nil, and SignalsRefusedClosed those it refused because the
+	// run had closed. LostSignals counts the accepted signals, and those
+	// in history before the run closed, that the run's result does not
+	// count. FirstSignalMissed counts Drain runs whose first task did not
+	// see the signal SignalWithStart sent with the start.
+	SignalsAccepted      int `json:"signals_accepted"`
+	SignalsRefusedClosed int `json:"signals_refused_closed"`
+	LostSignals          int `json:"lost_signals"`
+	FirstSignalMissed    int `json:"first_signal_missed"`
+	// UndecodableSignals counts signals in history that the workers'
+	// payload key does not decode: a signal from the wrong-key engine got in.
+	UndecodableSignals int `json:"undecodable_signals"`
+	// BadTextRuns counts Fail runs that ended failed with their text
+	// escaped; BadTextLostToFaults those whose activity's attempts were
+	// lost to faults first, so that they failed with a timeout;
+	// BadTextViolations the others.
+	BadTextRuns         int `json:"bad_text_runs"`
+	BadTextViolations   int `json:"bad_text_violations"`
+	BadTextLostToFaults int `json:"bad_text_lost_to_faults"`
+	// SpinRunsChecked counts the terminated runs of code that never
+	// yields; SpinViolations those that are not terminated, or recorded
+	// anything of their code.
+	SpinRunsChecked int `json:"spin_runs_checked"`
+	SpinViolations  int `json:"spin_violations"`
+	// VersionedRuns counts Versioned runs, NewBranchRuns those on the new
+	// branch and UpgradedMidRun those whose activities were scheduled by
+	// both generations of the code; VersionViolations those whose result
+	// or branches are wrong.
+	VersionedRuns     int `json:"versioned_runs"`
+	NewBranchRuns     int `json:"new_branch_runs"`
+	UpgradedMidRun    int `json:"upgraded_mid_run"`
+	VersionViolations int `json:"version_violations"`
+	// TimerClockViolations counts timers whose due time was not set from
+	// the database's clock (the engine's clock was more than a lease
+	// behind it or a second ahead of it when the timer started).
+	TimerClockViolations int `json:"timer_clock_violations"`
+	// What the fencing checks read from the database: outcomes, heartbeats,
+	// commits and claims; StaleAccepted the writes accepted from a claim
+	// or attempt that did not hold the row; EarlyClaims the claims of a
+	// row whose lease or retry delay had not run out by the database clock.
+	OutcomesChecked   int `json:"outcomes_checked"`
+	HeartbeatsChecked int `json:"heartbeats_checked"`
+	CommitsChecked    int `json:"commits_checked"`
+	ClaimsChecked     int `json:"claims_checked"`
+	StaleAccepted     int `json:"stale_writes_accepted"`
+	EarlyClaims       int `json:"early_claims"`
 	// Leftover counts task and timer rows left behind, and runs still open.
 	Leftover int `json:"leftover"`
 	// Violations describe each problem found, one line each.
 	Violations []string `json:"violations"`
 }
 
-// maxViolationLines bounds how many violations are described; the counts
-// go on.
-const maxViolationLines = 200
+// maxViolationLines bounds how many violations are described, and
+// maxViolationsAlike how many of one kind (one format), so that a flood of
+// one kind leaves room for the others; the counts go on.
+const (
+	maxViolationLines  = 400
+	maxViolationsAlike = 20
+)
 
 type checker struct {
 	f      Findings
 	faults []Fault
 	logs   *workerLogs
 	lease  time.Duration
+	codec  codec.PayloadCodec
 	// taskKeys maps an idempotency key to its activity task ids.
 	taskKeys map[string][]int64
+	// ledgerRuns counts the ledger's idempotency keys by run.
+	ledgerRuns map[string]int
+	// alike counts the violations described, by format.
+	alike map[string]int
+}
+
+// checkInput is what the checker needs besides the database.
+type checkInput struct {
+	faults []Fault
+	logs   *workerLogs
+	// lease is the workers' lease.
+	lease time.Duration
+	// codec decodes the payloads; nil for plain JSON.
+	codec codec.PayloadCodec
 }
 
 func (c *checker) violate(format string, args ...any) {
-	if len(c.f.Violations) < maxViolationLines {
-		c.f.Violations = append(c.f.Violations, fmt.Sprintf(format, args...))
-	} else if len(c.f.Violations) == maxViolationLines {
+	if c.alike == nil {
+		c.alike = map[string]int{}
+	}
+	c.alike[format]++
+	switch n := c.alike[format]; {
+	case len(c.f.Violations) > maxViolationLines:
+	case len(c.f.Violations) == maxViolationLines:
 		c.f.Violations = append(c.f.Violations, "... (more violations; the counts are complete)")
+	case n <= maxViolationsAlike:
+		c.f.Violations = append(c.f.Violations, fmt.Sprintf(format, args...))
+	case n == maxViolationsAlike+1:
+		c.f.Violations = append(c.f.Violations, fmt.Sprintf("... (more violations like the one above, %.60q; the counts are complete)", format))
 	}
 }
 
-func check(ctx context.Context, pool *pgxpool.Pool, faults []Fault, logs *workerLogs, lease time.Duration) (Findings, error) {
-	c := &checker{f: Findings{Explained: map[string]int{}}, faults: faults, logs: logs, lease: lease, taskKeys: map[string][]int64{}}
-	replayer, err := engine.NewReplayer(engine.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+func check(ctx context.Context, pool *pgxpool.Pool, in checkInput) (Findings, error) {
+	c := &checker{
+		f:      Findings{Explained: map[string]int{}, Kinds: map[Kind]int{}},
+		faults: in.faults, logs: in.logs, lease: in.lease, codec: in.codec, taskKeys: map[string][]int64{},
+	}
+	replayer, err := engine.NewReplayer(engine.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Codec: in.codec})
 	if err != nil {
 		return c.f, err
 	}
-	if err := (&workload{lease: time.Second}).register(replayer); err != nil {
+	// The replayer runs the second generation of the code, which must
+	// replay what the first recorded.
+	if err := (&workload{lease: time.Second, gen: 2, replay: true}).register(replayer); err != nil {
 		return c.f, err
 	}
 	if err := c.loadTaskKeys(ctx, pool); err != nil {
@@ -113,11 +194,16 @@ func check(ctx context.Context, pool *pgxpool.Pool, faults []Fault, logs *worker
 	if err := c.checkLeftovers(ctx, pool); err != nil {
 		return c.f, err
 	}
+	for _, fn := range []func(context.Context, *pgxpool.Pool) error{c.checkOutcomes, c.checkCommits, c.checkHeartbeats, c.checkClaims} {
+		if err := fn(ctx, pool); err != nil {
+			return c.f, err
+		}
+	}
 	return c.f, nil
 }
 
 func (c *checker) loadTaskKeys(ctx context.Context, pool *pgxpool.Pool) error {
-	rows, err := pool.Query(ctx, `SELECT task_id, idempotency_key FROM chaos_task_keys`)
+	rows, err := pool.Query(ctx, `SELECT task_id, idempotency_key FROM chaos_act_log WHERE op = 'insert'`)
 	if err != nil {
 		return fmt.Errorf("check: read task keys: %w", err)
 	}
@@ -139,13 +225,24 @@ func (c *checker) loadTaskKeys(ctx context.Context, pool *pgxpool.Pool) error {
 type runFacts struct {
 	runID, workflowID, status string
 	result                    json.RawMessage
+	// failure is the message of a failed run.
+	failure string
+	// closeResult is the result its closing event holds.
+	closeResult json.RawMessage
 	// effectKeys are the idempotency keys of its exactly-once activities.
 	effectKeys []string
-	signals    int
+	// signals counts Flow's signals; drained lists the indices of Drain's,
+	// in history order.
+	signals int
+	drained []int
+	// scheduled counts its activities; markers its version markers.
+	scheduled, markers int
+	// last is the type of its last event.
+	last string
 }
 
 const listRunsSQL = `
-SELECT run_id::text, workflow_id, workflow_type, status, result, next_event_id FROM durable_runs`
+SELECT run_id::text, workflow_id, workflow_type, status, result, coalesce(failure->>'message', ''), next_event_id FROM durable_runs`
 
 const listAllEventsSQL = `
 SELECT run_id::text, event_id, type, attributes, created_at FROM durable_events ORDER BY run_id, event_id`
@@ -164,7 +261,7 @@ func (c *checker) checkRuns(ctx context.Context, pool *pgxpool.Pool, replayer *e
 	}
 	runs := map[string]*runRow{}
 	var r runRow
-	_, err = pgx.ForEachRow(rows, []any{&r.runID, &r.workflowID, &r.workflowType, &r.status, &r.result, &r.nextEventID}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&r.runID, &r.workflowID, &r.workflowType, &r.status, &r.result, &r.failure, &r.nextEventID}, func() error {
 		rr := r
 		runs[r.runID] = &rr
 		return nil
@@ -174,6 +271,10 @@ func (c *checker) checkRuns(ctx context.Context, pool *pgxpool.Pool, replayer *e
 	}
 	c.f.Runs = len(runs)
 	fires, err := c.timerFires(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	starts, err := c.timerStarts(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +292,7 @@ func (c *checker) checkRuns(ctx context.Context, pool *pgxpool.Pool, replayer *e
 			return
 		}
 		if run := runs[cur]; run != nil && !broken {
-			c.checkRun(ctx, replayer, &run.runFacts, run.workflowType, run.nextEventID, evs, fires[cur])
+			c.checkRun(ctx, replayer, &run.runFacts, run.workflowType, run.nextEventID, evs, timerFacts{fires[cur], starts[cur]})
 		}
 		if run := runs[cur]; run != nil {
 			facts[cur] = &run.runFacts
@@ -240,7 +341,7 @@ func (c *checker) checkRuns(ctx context.Context, pool *pgxpool.Pool, replayer *e
 
 // checkRun checks one run's history: IDs 1..n, a clean replay, and then
 // its completions and timers.
-func (c *checker) checkRun(ctx context.Context, replayer *engine.Engine, run *runFacts, workflowType string, nextEventID int64, evs []history.Event, fires map[int64][]time.Time) {
+func (c *checker) checkRun(ctx context.Context, replayer *engine.Engine, run *runFacts, workflowType string, nextEventID int64, evs []history.Event, timers timerFacts) {
 	gap := int64(len(evs)) != nextEventID-1
 	for i, e := range evs {
 		if e.ID != int64(i+1) {
@@ -252,12 +353,55 @@ func (c *checker) checkRun(ctx context.Context, replayer *engine.Engine, run *ru
 		c.violate("run %s (%s): history has %d events, IDs %s, and the run says %d: not exactly 1..n", run.runID, run.workflowID, len(evs), idRange(evs), nextEventID-1)
 		return
 	}
+	// Replay compares what the code returns (result, failure, input to
+	// continue with) with the closing event, not only the commands.
 	h := history.History{Version: history.FormatVersion, WorkflowID: run.workflowID, RunID: run.runID, WorkflowType: workflowType, Events: evs}
 	if err := replayer.Replay(ctx, h); err != nil {
 		c.f.ReplayFailures++
 		c.violate("run %s (%s): history does not replay: %v", run.runID, run.workflowID, err)
 	}
-	c.checkHistory(run, evs, fires)
+	c.checkHistory(run, evs, timers)
+}
+
+// timerFacts are the database's times of a run's timers, by seq: when
+// each fired, and when it was started (its row inserted) and the due time
+// the row holds.
+type timerFacts struct {
+	fires  map[int64][]timerFire
+	starts map[int64]timerStart
+}
+
+// timerFire is a timer's fire by the database clock, and who fired it.
+type timerFire struct {
+	at time.Time
+	by string
+}
+
+type timerStart struct{ fireAt, at time.Time }
+
+// timerStarts reads when each timer was started, by the database clock.
+func (c *checker) timerStarts(ctx context.Context, pool *pgxpool.Pool) (map[string]map[int64]timerStart, error) {
+	rows, err := pool.Query(ctx, `SELECT run_id::text, seq, fire_at, started_at FROM chaos_timer_starts`)
+	if err != nil {
+		return nil, fmt.Errorf("check: read timer starts: %w", err)
+	}
+	out := map[string]map[int64]timerStart{}
+	var (
+		runID string
+		seq   int64
+		ts    timerStart
+	)
+	_, err = pgx.ForEachRow(rows, []any{&runID, &seq, &ts.fireAt, &ts.at}, func() error {
+		if out[runID] == nil {
+			out[runID] = map[int64]timerStart{}
+		}
+		out[runID][seq] = ts
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("check: read timer starts: %w", err)
+	}
+	return out, nil
 }
 
 func idRange(evs []history.Event) string {
@@ -269,22 +413,22 @@ func idRange(evs []history.Event) string {
 
 // timerFires reads when each timer fired by the database clock (the
 // trigger's clock_timestamp()), by run and seq.
-func (c *checker) timerFires(ctx context.Context, pool *pgxpool.Pool) (map[string]map[int64][]time.Time, error) {
-	rows, err := pool.Query(ctx, `SELECT run_id::text, seq, fired_at FROM chaos_timer_fires`)
+func (c *checker) timerFires(ctx context.Context, pool *pgxpool.Pool) (map[string]map[int64][]timerFire, error) {
+	rows, err := pool.Query(ctx, `SELECT run_id::text, seq, fired_at, writer FROM chaos_timer_fires`)
 	if err != nil {
 		return nil, fmt.Errorf("check: read timer fires: %w", err)
 	}
-	out := map[string]map[int64][]time.Time{}
+	out := map[string]map[int64][]timerFire{}
 	var (
 		runID string
 		seq   int64
-		at    time.Time
+		f     timerFire
 	)
-	_, err = pgx.ForEachRow(rows, []any{&runID, &seq, &at}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&runID, &seq, &f.at, &f.by}, func() error {
 		if out[runID] == nil {
-			out[runID] = map[int64][]time.Time{}
+			out[runID] = map[int64][]timerFire{}
 		}
-		out[runID][seq] = append(out[runID][seq], at)
+		out[runID][seq] = append(out[runID][seq], f)
 		return nil
 	})
 	if err != nil {
@@ -293,17 +437,29 @@ func (c *checker) timerFires(ctx context.Context, pool *pgxpool.Pool) (map[strin
 	return out, nil
 }
 
-// checkHistory checks one gap-free history: completions and timers.
-func (c *checker) checkHistory(run *runFacts, evs []history.Event, fires map[int64][]time.Time) {
+// checkHistory checks one gap-free history: completions, timers, what
+// follows the close, and that every signal decodes.
+func (c *checker) checkHistory(run *runFacts, evs []history.Event, tf timerFacts) {
 	closed := run.status == "completed"
 	scheduled := map[int64]string{}
 	completions := map[int64]int{}
-	timers := map[int64]time.Time{}
+	timers := map[int64]history.Event{}
 	fired := map[int64]int{}
 	canceled := map[int64]bool{}
+	closedAt := int64(0)
 	for _, e := range evs {
+		if closedAt != 0 {
+			c.violate("run %s: event %d (%s) follows the event %d that closed the run", run.runID, e.ID, e.Attributes.EventType(), closedAt)
+		}
+		run.last = e.Attributes.EventType()
 		switch a := e.Attributes.(type) {
+		case history.WorkflowCompleted:
+			run.closeResult = a.Result
+			closedAt = e.ID
+		case history.WorkflowFailed, history.WorkflowCanceled, history.WorkflowTerminated, history.WorkflowContinuedAsNew:
+			closedAt = e.ID
 		case history.ActivityScheduled:
+			run.scheduled++
 			scheduled[a.Seq] = a.Activity
 			if a.Activity == effectName {
 				run.effectKeys = append(run.effectKeys, fmt.Sprintf("%s:%d", run.runID, a.Seq))
@@ -314,20 +470,23 @@ func (c *checker) checkHistory(run *runFacts, evs []history.Event, fires map[int
 			completions[a.Seq]++
 		case history.ActivityCanceled:
 			completions[a.Seq]++
+		case history.VersionMarker:
+			run.markers++
 		case history.SignalReceived:
-			run.signals++
+			c.noteSignal(run, e.ID, a)
 		case history.TimerStarted:
-			timers[a.Seq] = a.FireAt
+			timers[a.Seq] = e
 		case history.TimerCanceled:
 			canceled[a.Seq] = true
 		case history.TimerFired:
 			c.f.TimersFired++
 			fired[a.Seq]++
-			due, ok := timers[a.Seq]
+			started, ok := timers[a.Seq]
 			switch {
 			case !ok:
 				c.violate("run %s: event %d fires timer %d, which was never started", run.runID, e.ID, a.Seq)
-			case e.Time.Before(due):
+			case e.Time.Before(started.Attributes.(history.TimerStarted).FireAt):
+				due := started.Attributes.(history.TimerStarted).FireAt
 				c.f.EarlyTimerFires++
 				c.violate("run %s: timer %d due %s fired at %s by the engine's clock: %s early", run.runID, a.Seq, due.Format(time.RFC3339Nano), e.Time.Format(time.RFC3339Nano), due.Sub(e.Time))
 			}
@@ -349,7 +508,8 @@ func (c *checker) checkHistory(run *runFacts, evs []history.Event, fires map[int
 			}
 		}
 	}
-	for seq, due := range timers {
+	for seq, started := range timers {
+		due := started.Attributes.(history.TimerStarted).FireAt
 		if fired[seq] > 1 {
 			c.f.DoubleTimerFires++
 			c.violate("run %s: timer %d fired %d times in history", run.runID, seq, fired[seq])
@@ -357,173 +517,61 @@ func (c *checker) checkHistory(run *runFacts, evs []history.Event, fires map[int
 		if closed && fired[seq] == 0 && !canceled[seq] {
 			c.violate("run %s completed but timer %d neither fired nor was canceled", run.runID, seq)
 		}
-		dbFires := fires[seq]
+		dbFires := tf.fires[seq]
 		if len(dbFires) > 1 && fired[seq] <= 1 {
 			c.f.DoubleTimerFires++
 			c.violate("run %s: timer %d fired %d times by the database's record", run.runID, seq, len(dbFires))
 		}
-		for _, at := range dbFires {
-			if at.Before(due) {
+		for _, f := range dbFires {
+			if f.at.Before(due) {
 				c.f.EarlyTimerFires++
-				c.violate("run %s: timer %d due %s fired at %s by the database clock: %s early", run.runID, seq, due.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano), due.Sub(at))
+				c.violate("run %s: timer %d due %s fired at %s by the database clock: %s early (fired by %s)",
+					run.runID, seq, due.Format(time.RFC3339Nano), f.at.Format(time.RFC3339Nano), due.Sub(f.at), f.by)
 			}
 		}
+		c.checkTimerClock(run, seq, started, tf.starts)
 	}
 }
 
-// checkWorkflows checks that every workflow the driver started has one
-// run, completed with the result its input implies.
-func (c *checker) checkWorkflows(ctx context.Context, pool *pgxpool.Pool, runs map[string]*runFacts) error {
-	byWorkflow := map[string][]*runFacts{}
-	for _, r := range runs {
-		byWorkflow[r.workflowID] = append(byWorkflow[r.workflowID], r)
+// checkTimerClock checks that a timer's due time was set on the database's
+// clock: the time it asked for (its due time less its event's time, both
+// the engine's) must be about what remained of it, by the database clock,
+// when its row was inserted. A commit comes up to a lease after the
+// task's time, so a due time up to a lease short is the engine's clock
+// being on time; more than that, or more than a second long, is a clock
+// off the database's.
+func (c *checker) checkTimerClock(run *runFacts, seq int64, started history.Event, starts map[int64]timerStart) {
+	st, ok := starts[seq]
+	if !ok {
+		return // started before the trigger, or by a test's hand
 	}
-	rows, err := pool.Query(ctx, `SELECT workflow_id, input FROM chaos_workflows ORDER BY created_at`)
-	if err != nil {
-		return fmt.Errorf("check: list workflows: %w", err)
+	asked := started.Attributes.(history.TimerStarted).FireAt.Sub(started.Time)
+	left := st.fireAt.Sub(st.at)
+	if left < asked-c.lease || left > asked+time.Second {
+		c.f.TimerClockViolations++
+		c.violate("run %s: timer %d asked for %s, but its due time was %s after the database's time at its start: the engine's clock is %s off the database's",
+			run.runID, seq, asked, left, left-asked)
 	}
-	var (
-		id  string
-		raw []byte
-	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &raw}, func() error {
-		c.f.Workflows++
-		var in FlowInput
-		if err := json.Unmarshal(raw, &in); err != nil {
-			return fmt.Errorf("input of %s: %w", id, err)
-		}
-		rs := byWorkflow[id]
-		switch {
-		case len(rs) == 0:
-			c.f.Lost++
-			c.violate("workflow %s: no run at all", id)
-			return nil
-		case len(rs) > 1:
-			c.violate("workflow %s: %d runs, want 1", id, len(rs))
-		}
-		r := rs[0]
-		c.f.SignalsDeliveredTwice += max(r.signals-len(in.Signals), 0)
-		if r.status != "completed" {
-			c.f.Lost++
-			c.violate("workflow %s: run %s is %s, want completed", id, r.runID, r.status)
-			return nil
-		}
-		var got FlowResult
-		if err := json.Unmarshal(r.result, &got); err != nil || got != Expected(in) {
-			c.f.Lost++
-			c.violate("workflow %s: run %s returned %s, want %+v", id, r.runID, r.result, Expected(in))
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("check: workflows: %w", err)
-	}
-	return nil
 }
 
-// execution is one row of the ledger.
-type execution struct {
-	kind, key          string
-	attempt, pid       int
-	started, createdAt time.Time
-}
-
-// checkLedger explains every execution after the first of its
-// idempotency key by what happened to the one before it: its worker was
-// killed or paused, the database went away or dropped connections, or its
-// worker logged that the write of its outcome was lost or refused (its
-// lease had expired).
-func (c *checker) checkLedger(ctx context.Context, pool *pgxpool.Pool) error {
-	rows, err := pool.Query(ctx, `
-SELECT kind, idempotency_key, attempt, pid, started_at, created_at FROM chaos_ledger
-ORDER BY idempotency_key, attempt, created_at`)
+// noteSignal decodes a signal of run's history, with the workers' key.
+func (c *checker) noteSignal(run *runFacts, id int64, a history.SignalReceived) {
+	raw, err := codec.Unwrap(c.codec, a.Payload)
+	var s Signal
+	if err == nil && (a.Name == signalName || a.Name == drainSignal) {
+		err = json.Unmarshal(raw, &s)
+	}
 	if err != nil {
-		return fmt.Errorf("check: read the ledger: %w", err)
+		c.f.UndecodableSignals++
+		c.violate("run %s: signal %q at event %d does not decode with the workers' payload key: %v", run.runID, a.Name, id, err)
+		return
 	}
-	var (
-		x    execution
-		prev *execution
-	)
-	_, err = pgx.ForEachRow(rows, []any{&x.kind, &x.key, &x.attempt, &x.pid, &x.started, &x.createdAt}, func() error {
-		c.f.Executions++
-		cur := x
-		if prev != nil && prev.key == cur.key {
-			c.f.DuplicateExecutions++
-			if why := c.explain(*prev, cur); why != "" {
-				c.f.Explained[why]++
-			} else {
-				c.f.Unexplained++
-				c.violate("activity %s (%s): attempt %d (pid %d, effect at %s) ran again as attempt %d (pid %d, effect at %s), and no kill, pause, database fault or lost write of the first explains it",
-					cur.key, cur.kind, prev.attempt, prev.pid, prev.createdAt.Format(time.RFC3339Nano), cur.attempt, cur.pid, cur.createdAt.Format(time.RFC3339Nano))
-			}
-		}
-		prev = &cur
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("check: read the ledger: %w", err)
+	switch a.Name {
+	case signalName:
+		run.signals++
+	case drainSignal:
+		run.drained = append(run.drained, s.Index)
 	}
-	return nil
-}
-
-// explain returns why b ran after a had applied its effect, or "".
-func (c *checker) explain(a, b execution) string {
-	// One claim ran twice: nothing explains that. Attempt 1 may run again
-	// as attempt 1: an attempt that ran ahead of its schedule
-	// (engine.Options.ActivityRunAhead) holds no claim, and runs again if
-	// the schedule did not commit, for a reason found below.
-	if b.attempt < a.attempt || (b.attempt == a.attempt && a.attempt != 1) {
-		return ""
-	}
-	from, to := a.started, a.createdAt
-	if b.createdAt.After(to) {
-		to = b.createdAt
-	}
-	overlaps := func(f Fault) bool { return !f.Until.Before(from) && !f.At.After(to) }
-	// A worker killed or paused up to a lease after b ran may have been
-	// too slow to record a's outcome before its lease ran out, and then
-	// ended before it could log the refusal.
-	hitWorker := func(f Fault) bool { return !f.Until.Before(from) && !f.At.After(to.Add(c.lease)) }
-	why := ""
-	for _, f := range c.faults {
-		var w string
-		switch f.Kind {
-		case FaultKill, FaultKillAll:
-			if f.PID == a.pid && hitWorker(f) {
-				w = "kill"
-			}
-		case FaultPause:
-			if f.PID == a.pid && hitWorker(f) {
-				w = "pause"
-			}
-		case FaultStopFast, FaultStopCrash, FaultConnKill:
-			if overlaps(f) {
-				w = "postgres"
-			}
-		}
-		// The worker's own fault beats a database fault in the report.
-		if w != "" && (why == "" || why == "postgres") {
-			why = w
-		}
-	}
-	if why != "" {
-		return why
-	}
-	if why := c.logs.lostByKey[keyAttempt{a.pid, a.key, a.attempt}]; why != "" {
-		return why
-	}
-	// b itself ran ahead of its schedule on a claim that was no longer its
-	// worker's (its task ran late), and its worker logged that the
-	// schedule did not commit.
-	if b.attempt == 1 && c.logs.droppedAhead[keyAttempt{b.pid, b.key, b.attempt}] {
-		return "dropped_ahead"
-	}
-	for _, id := range c.taskKeys[a.key] {
-		if why := c.logs.lostByTask[taskAttempt{a.pid, id, a.attempt}]; why != "" {
-			return why
-		}
-	}
-	return ""
 }
 
 // checkExactlyOnce checks that each exactly-once activity of a completed

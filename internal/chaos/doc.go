@@ -7,10 +7,23 @@
 // shared server, since the rig stops it), worker processes that re-execute
 // the host program (see IsWorker and WorkerMain), and a driver that starts
 // workflows from a client-only engine, signals them and waits for their
-// results. The workflow runs sequential and parallel activities (short,
-// some failing before they succeed), a heartbeating activity, a durable
-// timer, an activity that applies its effect with engine.ExactlyOnce, and
-// waits for the driver's signals; its result is a function of its input.
+// results, recording what each call answered. Every engine has the same
+// payload codec (AES-GCM).
+//
+// # Workload
+//
+// Five kinds of workflow (Kind). Flow runs sequential and parallel
+// activities (short, some failing with a text PostgreSQL cannot hold before
+// they succeed), a heartbeating activity, a durable timer, an activity that
+// applies its effect with engine.ExactlyOnce, and waits for the driver's
+// signals; its result is a function of its input. Some Flows first get a
+// signal from an engine whose payload key is wrong, which must refuse it.
+// Drain is started with SignalWithStart and counts, in its closing task,
+// the signals the driver sends around that task. Fail fails with a text
+// holding a NUL byte and invalid UTF-8. Versioned loops around
+// workflow.GetVersion while the rig upgrades every worker to a second
+// generation of the code. Spin never yields: the driver terminates it once
+// its task has failed with a deadlock error.
 //
 // # Faults
 //
@@ -19,25 +32,32 @@
 // then resumed (a zombie whose writes fencing must refuse); the server
 // stopped for up to two seconds, alternately with pg_ctl stop -m fast and
 // -m immediate; random connections ended with pg_terminate_backend. The
-// driver logs each fault with its time and the process it hit.
+// driver logs each fault with its time and the processes it hit.
 //
 // # Invariants
 //
-// The checker runs over the database once the workers have stopped:
+// Triggers (schema.go) record every write to the task tables: who wrote,
+// who held the row before and after, in which transaction, by the database
+// clock. The checker runs over the database once the workers have stopped:
 //
-//   - every workflow has one run, completed with the result its input
-//     implies;
-//   - each history's event IDs are exactly 1..n, and it replays cleanly;
+//   - every workflow has one run, ended as its kind requires, with the
+//     result its input implies;
+//   - each history's event IDs are exactly 1..n, nothing follows its close,
+//     and it replays cleanly, results compared;
 //   - no activity has more than one completion in history;
+//   - no signal a Drain was told was delivered is missing from its result;
+//   - every outcome, heartbeat and commit the database accepted was written
+//     by the claim or attempt that held the row, and every claim took a
+//     free row, by the database clock (fencing.go);
 //   - every activity execution recorded in the ledger (a table the
 //     activities write without deduplication) after the first of its
-//     idempotency key is explained by a kill, pause or database fault
-//     during the one before, or by that one's worker logging that its
-//     outcome write failed or was refused (its lease had expired);
+//     idempotency key is explained (ledger.go): the database shows the
+//     earlier attempt lost its claim, and a fault hit its worker or its
+//     connection during it, or its worker logged the lost write;
 //   - the exactly-once helper's effects table holds exactly one effect per
 //     idempotency key;
-//   - no timer fired before its due time, by the database clock (a trigger
-//     records clock_timestamp() at each fire) or the engine's, or twice;
+//   - no timer fired before its due time, by the database clock or the
+//     engine's, or twice, and each was set on the database's clock;
 //   - nothing is left claimed, ready or open.
 //
 // The workers log as JSON to one file per slot; the rig counts from them

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable/internal/pgcluster"
@@ -22,14 +23,20 @@ const (
 	FaultStopFast  FaultKind = "pg_stop_fast"
 	FaultStopCrash FaultKind = "pg_stop_immediate"
 	FaultConnKill  FaultKind = "conn_kill" // pg_terminate_backend on engine connections
+	// FaultUpgrade is a worker killed and started again on the second
+	// generation of the workflow code (one fault per process).
+	FaultUpgrade FaultKind = "upgrade"
 )
 
 // Fault is one injected fault, by the driver's clock (the same machine's
 // clock as the database's).
 type Fault struct {
 	Kind FaultKind `json:"kind"`
-	// PID is the worker process it hit (kills and pauses).
+	// PID is the worker process it hit (kills, pauses, upgrades).
 	PID int `json:"pid,omitempty"`
+	// PIDs are the worker processes whose connections a conn_kill ended
+	// (0 for the driver's).
+	PIDs []int `json:"pids,omitempty"`
 	// At is when it began; Until when it ended (a pause's SIGCONT, the
 	// server accepting connections again); equal for instant faults.
 	At    time.Time `json:"at"`
@@ -261,20 +268,46 @@ func (in *injector) allInjected() bool {
 	return in.o.PauseEvery == 0 || in.stale.found()
 }
 
+// terminateSQL ends up to $2 random connections to database $1 and
+// returns the application_name of each: whose they were.
+const terminateSQL = `
+SELECT s.application_name FROM (
+    SELECT pid, application_name FROM pg_stat_activity
+    WHERE datname = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+    ORDER BY random() LIMIT $2
+) s WHERE pg_terminate_backend(s.pid)`
+
 // killConns terminates a few random connections to the rig's database:
-// workers', the driver's, the listeners'.
+// workers', the driver's, the listeners'. The fault names the processes
+// whose connections it ended, so that only their attempts are explained
+// by it.
 func (in *injector) killConns(ctx context.Context) {
 	in.pg.Lock()
 	defer in.pg.Unlock()
 	at := time.Now()
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	n, err := in.cluster.TerminateBackends(qctx, dbName, 1+in.intN(4))
+	conn, err := pgx.Connect(qctx, in.cluster.URL("postgres"))
 	if err != nil {
 		in.errf("terminate backends: %v", err)
 		return
 	}
-	if n > 0 {
-		in.log.add(Fault{Kind: FaultConnKill, At: at, Until: time.Now(), N: n})
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(qctx, terminateSQL, dbName, 1+in.intN(4))
+	if err != nil {
+		in.errf("terminate backends: %v", err)
+		return
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		in.errf("terminate backends: %v", err)
+		return
+	}
+	if len(names) > 0 {
+		f := Fault{Kind: FaultConnKill, At: at, Until: time.Now(), N: len(names)}
+		for _, name := range names {
+			f.PIDs = append(f.PIDs, pidOfWorker(name))
+		}
+		in.log.add(f)
 	}
 }

@@ -25,6 +25,8 @@ type logLine struct {
 	IdempotencyKey string `json:"idempotency_key"`
 	Stale          *int   `json:"stale_writes"`
 	Error          string `json:"error"`
+	// Workflow is the workflow type of a task's lines.
+	Workflow string `json:"workflow"`
 }
 
 // staleKind returns the write a log line says was refused by fencing, or
@@ -115,6 +117,15 @@ type workerLogs struct {
 	errors         []string
 	dbErrors       int
 	dbErrorExample string
+	// deadlocks counts the Error lines of tasks of KindSpin that failed
+	// with a deadlock error, as they must; starved those of other
+	// workflows, whose code yields but did not run within the deadlock
+	// timeout (a starved process), with one example.
+	deadlocks, starved int
+	starvedExample     string
+	// skewNotApplied counts the worker processes that were asked to run
+	// on a skewed clock and could not (msgSkewNotApplied).
+	skewNotApplied int
 }
 
 // procLog is what one worker process logged.
@@ -189,6 +200,13 @@ func readWorkerLogs(paths []string) (*workerLogs, error) {
 			}
 			switch {
 			case l.Level != "ERROR":
+			case l.Workflow == spinName && strings.HasPrefix(l.Error, "deadlock in run "):
+				wl.deadlocks++
+			case strings.HasPrefix(l.Error, "deadlock in run "):
+				wl.starved++
+				if wl.starvedExample == "" {
+					wl.starvedExample = sc.Text()
+				}
 			case dbErrorText(l.Error):
 				wl.dbErrors++
 				if wl.dbErrorExample == "" {
@@ -196,6 +214,9 @@ func readWorkerLogs(paths []string) (*workerLogs, error) {
 				}
 			default:
 				wl.errors = append(wl.errors, fmt.Sprintf("pid %d: %s", l.PID, sc.Text()))
+			}
+			if l.Msg == msgSkewNotApplied {
+				wl.skewNotApplied++
 			}
 			if l.Msg == msgWorkerStopped && l.Stale != nil {
 				metricByPID[l.PID] = *l.Stale

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/engine"
 	"github.com/durable-go/durable/internal/pgcluster"
 )
@@ -61,6 +62,26 @@ type Options struct {
 	// random connections to the rig's database.
 	ConnKillEvery time.Duration
 
+	// SpinEvery is the mean time between runs of workflow code that never
+	// yields (KindSpin), which the driver terminates. 0: none.
+	SpinEvery time.Duration
+	// UpgradeAt is when, after the start, every worker is upgraded to the
+	// second generation of the workflow code (see workload.Versioned); it
+	// must come before Duration ends. 0: they run it from the start.
+	UpgradeAt time.Duration
+	// ClockSkews are how far off the clocks of the worker slots are meant
+	// to be, in slot order; slots past the end are right. As of 2026-12-03
+	// they are asked for and not applied (see workerConfig.ClockSkew).
+	ClockSkews []time.Duration
+	// WrongKeySignals makes about one Flow in six get a signal from an
+	// engine whose payload key is not the workers' first: the engine must
+	// refuse it.
+	WrongKeySignals bool
+	// DeadlockTimeout is the workers' engine.Options.WorkflowDeadlockTimeout.
+	// Default three quarters of Lease: a task whose code spins fails
+	// before its lease ends.
+	DeadlockTimeout time.Duration
+
 	// DrainTimeout bounds the wait for the open workflows once the faults
 	// stop. Default 2m.
 	DrainTimeout time.Duration
@@ -77,8 +98,23 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
-// dbName is the rig's database on its private cluster.
-const dbName = "chaos"
+// dbName is the rig's database on its private cluster; driverName is the
+// application_name of the driver's connections.
+const (
+	dbName     = "chaos"
+	driverName = "chaos-driver"
+)
+
+// payloadKeys returns the rig's payload key, from the seed, and another:
+// the key of the engine whose key is wrong.
+func payloadKeys(seed uint64) (key, wrong []byte) {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	key, wrong = make([]byte, 32), make([]byte, 32)
+	for i := range key {
+		key[i], wrong[i] = byte(rng.Uint32()), byte(rng.Uint32())
+	}
+	return key, wrong
+}
 
 // ShortOptions are the short mode's: every fault on, sized to finish in
 // about a minute on two loaded cores under the race detector.
@@ -88,6 +124,8 @@ func ShortOptions() Options {
 		Concurrency: 16, Lease: time.Second, DrainTimeout: 2 * time.Minute,
 		KillEvery: 700 * time.Millisecond, KillAllEvery: 8 * time.Second, PauseEvery: 3 * time.Second,
 		PGStopEvery: 5 * time.Second, PGStopMax: 2 * time.Second, ConnKillEvery: 1500 * time.Millisecond,
+		SpinEvery: 8 * time.Second, UpgradeAt: 10 * time.Second, WrongKeySignals: true,
+		ClockSkews: []time.Duration{0, -5 * time.Second, time.Hour},
 	}
 }
 
@@ -119,6 +157,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.DrainTimeout == 0 {
 		o.DrainTimeout = 2 * time.Minute
 	}
+	if o.DeadlockTimeout == 0 {
+		o.DeadlockTimeout = 3 * o.Lease / 4
+	}
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())
 	}
@@ -135,8 +176,12 @@ func (o Options) withDefaults() (Options, error) {
 	switch {
 	case o.Workflows < 0, o.InFlight < 0, o.Workers < 0, o.Concurrency < 0, o.Duration < 0, o.Lease < 0:
 		return o, errors.New("chaos: options must not be negative")
-	case o.KillEvery < 0, o.KillAllEvery < 0, o.PauseEvery < 0, o.PGStopEvery < 0, o.ConnKillEvery < 0, o.PGStopMax < 0:
+	case o.KillEvery < 0, o.KillAllEvery < 0, o.PauseEvery < 0, o.PGStopEvery < 0, o.ConnKillEvery < 0, o.PGStopMax < 0, o.SpinEvery < 0:
 		return o, errors.New("chaos: fault intervals must not be negative (0 turns a fault off)")
+	case o.UpgradeAt < 0 || o.UpgradeAt >= o.Duration && o.UpgradeAt > 0:
+		return o, fmt.Errorf("chaos: the upgrade (at %s) must come within the duration (%s)", o.UpgradeAt, o.Duration)
+	case o.DeadlockTimeout < 0:
+		return o, errors.New("chaos: the deadlock timeout must not be negative")
 	}
 	return o, nil
 }
@@ -152,14 +197,39 @@ type rig struct {
 	w       *workload
 	workers []*worker
 	faults  faultLog
+	began   time.Time
+	// codec is every engine's payload codec; wrongE is an engine on the
+	// same database whose codec has another key.
+	codec  codec.PayloadCodec
+	wrongE *engine.Engine
+	// gen is the generation of the workflow code new worker processes
+	// run; upgraded is closed once every worker runs the second.
+	gen      atomic.Int32
+	upgraded chan struct{}
 
 	started, finished    atomic.Int64
 	open                 sync.Map // workflow ID of each run not finished yet
 	clientErrs, waitErrs atomic.Int64
+	waitingUpgrade       atomic.Int64
+	// What the driver saw: signals from the wrong-key engine sent, refused
+	// and accepted; never-yielding runs started, seen failing with a
+	// deadlock error, and terminated.
+	wrongKeySent, wrongKeyRefused, wrongKeyAccepted atomic.Int64
+	spins, spinDeadlocks, spinsTerminated           atomic.Int64
 
-	mu             sync.Mutex
-	violations     []string
-	waitErrExample string
+	mu              sync.Mutex
+	violations      []string
+	waitErrExample  string
+	wrongKeyExample string
+}
+
+// deadlockTimeout is the workers' deadlock timeout.
+func (r *rig) deadlockTimeout() time.Duration { return r.o.DeadlockTimeout }
+
+// workloadDone reports whether the parts of the workload that happen once
+// or now and then have happened: the upgrade, a terminated spinning run.
+func (r *rig) workloadDone() bool {
+	return (r.o.UpgradeAt == 0 || r.isUpgraded()) && (r.o.SpinEvery == 0 || r.spinsTerminated.Load() > 0)
 }
 
 func (r *rig) violate(format string, args ...any) {
@@ -178,7 +248,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	began := time.Now()
-	r := &rig{o: o, dir: o.Dir}
+	r := &rig{o: o, dir: o.Dir, began: began, upgraded: make(chan struct{})}
+	if o.UpgradeAt > 0 {
+		r.gen.Store(1)
+	} else {
+		r.gen.Store(2)
+	}
 	if r.dir == "" {
 		if r.dir, err = os.MkdirTemp("", "durable-chaos-"); err != nil {
 			return nil, fmt.Errorf("chaos: %w", err)
@@ -224,13 +299,21 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	driveCtx, stopDriving := context.WithCancel(ctx)
 	defer stopDriving()
 	var drivers sync.WaitGroup
+	drivers.Go(func() { r.upgradeWorkers(driveCtx) })
+	spinCtx, stopSpins := context.WithCancel(ctx)
+	defer stopSpins()
+	spinsDone := make(chan struct{})
+	go func() {
+		defer close(spinsDone)
+		r.startSpins(spinCtx, driveCtx, &drivers)
+	}()
 	sem := make(chan struct{}, o.InFlight)
 produce:
 	for seq := 1; ; seq++ {
 		// Go on until the duration is over, the workflows started and
-		// every fault happened (with a refused write); the last for at most
-		// twice the duration.
-		if elapsed := time.Since(began); elapsed >= o.Duration && seq > o.Workflows && (in.allInjected() || elapsed >= 3*o.Duration) {
+		// every fault happened (with a refused write) and so did the
+		// workload's rarer parts; the last for at most twice the duration.
+		if elapsed := time.Since(began); elapsed >= o.Duration && seq > o.Workflows && (in.allInjected() && r.workloadDone() || elapsed >= 3*o.Duration) {
 			break
 		}
 		select {
@@ -243,6 +326,8 @@ produce:
 			r.drive(driveCtx, seq)
 		})
 	}
+	stopSpins()
+	<-spinsDone
 	stopFaults()
 	<-injected
 	o.Logf("chaos: faults stopped after %s; draining %d open workflows", time.Since(began).Round(time.Second), r.started.Load()-r.finished.Load())
@@ -284,6 +369,7 @@ func (r *rig) setUp(ctx context.Context) error {
 	}
 	pcfg.MaxConns = 16
 	pcfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	pcfg.ConnConfig.RuntimeParams["application_name"] = driverName
 	if r.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return fmt.Errorf("chaos: %w", err)
 	}
@@ -292,28 +378,50 @@ func (r *rig) setUp(ctx context.Context) error {
 		return fmt.Errorf("chaos: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(logf, nil)).With(slog.Int("pid", os.Getpid()), slog.String("role", "driver"))
-	r.w = &workload{pool: r.pool, pid: os.Getpid(), log: log, lease: r.o.Lease}
-	// The driver only starts, signals and waits: it never calls Run.
-	if r.e, err = engine.New(r.pool, engine.Options{Logger: log, PollInterval: r.o.PollInterval}); err != nil {
+	r.w = &workload{pool: r.pool, pid: os.Getpid(), log: log, lease: r.o.Lease, gen: 2}
+	key, wrongKey := payloadKeys(r.o.Seed)
+	if r.codec, err = codec.AESGCM(key); err != nil {
 		return fmt.Errorf("chaos: %w", err)
 	}
-	if err := r.w.register(r.e); err != nil {
+	wrongCodec, err := codec.AESGCM(wrongKey)
+	if err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	// The driver only starts, signals and waits: it never calls Run. Nor
+	// does the engine whose key is wrong.
+	if r.e, err = engine.New(r.pool, engine.Options{Logger: log, PollInterval: r.o.PollInterval, Codec: r.codec}); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	if r.wrongE, err = engine.New(r.pool, engine.Options{Logger: log.With(slog.String("engine", "wrong key")), PollInterval: r.o.PollInterval,
+		Codec: wrongCodec, SkipMigrate: true}); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	if err := errors.Join(r.w.register(r.e), r.w.register(r.wrongE)); err != nil {
 		return fmt.Errorf("chaos: %w", err)
 	}
 	if _, err := r.pool.Exec(ctx, schemaSQL); err != nil {
 		return fmt.Errorf("chaos: create the rig's tables: %w", err)
 	}
 	for i := range r.o.Workers {
-		cfg, err := json.Marshal(workerConfig{
+		cfg := workerConfig{
 			Slot: i, DatabaseURL: r.dbURL, LogPath: r.workerLog(i), Lease: r.o.Lease,
 			PollInterval: r.o.PollInterval, Concurrency: r.o.Concurrency,
-		})
-		if err != nil {
+			DeadlockTimeout: r.o.DeadlockTimeout, PayloadKey: key,
+		}
+		if i < len(r.o.ClockSkews) {
+			cfg.ClockSkew = r.o.ClockSkews[i]
+		}
+		if _, err := json.Marshal(cfg); err != nil {
 			return fmt.Errorf("chaos: %w", err)
 		}
 		r.workers = append(r.workers, &worker{
 			slot: i, cmdPath: r.o.WorkerCommand[0], cmdArgs: r.o.WorkerCommand[1:],
-			env:    append(os.Environ(), workerEnv+"="+string(cfg)),
+			env: func() []string {
+				cfg := cfg
+				cfg.Gen = int(r.gen.Load())
+				b, _ := json.Marshal(cfg) // it marshaled above
+				return append(os.Environ(), workerEnv+"="+string(b))
+			},
 			stderr: r.workerStderr(i),
 			surprise: func(slot, pid int, err error) {
 				r.violate("worker %d (pid %d) exited without being killed: %v; see %s", slot, pid, err, r.workerStderr(slot))
@@ -376,113 +484,6 @@ func (r *rig) progress(ctx context.Context, began time.Time) {
 	}
 }
 
-// drive runs one workflow from the client's side: record it, start it,
-// send its signals, wait for its result. Every call is retried until it
-// works: the database may be down or the connection killed.
-func (r *rig) drive(ctx context.Context, seq int) {
-	rng := rand.New(rand.NewPCG(r.o.Seed, uint64(seq)+2))
-	in := newInput(rng, seq)
-	id := fmt.Sprintf("chaos-%06d", seq)
-	raw, err := json.Marshal(in)
-	if err != nil {
-		r.violate("rig: encode input: %v", err)
-		return
-	}
-	if !r.retry(ctx, func(ctx context.Context) error {
-		_, err := r.pool.Exec(ctx, `INSERT INTO chaos_workflows (workflow_id, input) VALUES ($1, $2) ON CONFLICT DO NOTHING`, id, raw)
-		return err
-	}) {
-		return
-	}
-	var run *engine.Run[FlowResult]
-	if !r.retry(ctx, func(ctx context.Context) error {
-		var err error
-		run, err = engine.Start(ctx, r.e, r.w.Flow, in, engine.StartOptions{ID: id})
-		return err
-	}) {
-		return
-	}
-	r.started.Add(1)
-	r.open.Store(id, true)
-	defer r.open.Delete(id)
-	for i, v := range in.Signals {
-		sleepCtx(ctx, time.Duration(rng.IntN(400))*time.Millisecond)
-		if !r.retry(ctx, func(ctx context.Context) error {
-			err := engine.Signal(ctx, r.e, id, signalName, Signal{Index: i, Value: v})
-			if errors.Is(err, engine.ErrRunClosed) || errors.Is(err, engine.ErrRunNotFound) {
-				r.violate("workflow %s: signal %d: %v (the run waits for every signal, so it must be open)", id, i, err)
-				return nil
-			}
-			return err
-		}) {
-			return
-		}
-	}
-	for {
-		_, err := run.Result(ctx)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		var we *engine.WorkflowError
-		if errors.As(err, &we) {
-			break // the checker reports it
-		}
-		// A waiter that gives up on a database error: count it, wait again.
-		if r.waitErrs.Add(1) == 1 {
-			r.mu.Lock()
-			r.waitErrExample = err.Error()
-			r.mu.Unlock()
-		}
-		sleepCtx(ctx, 100*time.Millisecond)
-	}
-	r.finished.Add(1)
-}
-
-// describeOpen describes a few of the workflows still open, for the report.
-func (r *rig) describeOpen(ctx context.Context) string {
-	var b strings.Builder
-	n := 0
-	r.open.Range(func(k, _ any) bool {
-		id := k.(string)
-		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		info, err := r.e.Describe(dctx, id)
-		cancel()
-		if err != nil {
-			fmt.Fprintf(&b, "\n  %s: describe: %v", id, err)
-		} else {
-			fmt.Fprintf(&b, "\n  %s: run %s %s, %d events, task error %q (%d attempts), pending activities %+v, pending timers %+v",
-				id, info.RunID, info.Status, info.LastEventID, info.TaskError, info.TaskAttempts, info.PendingActivities, info.PendingTimers)
-		}
-		n++
-		return n < 5
-	})
-	return b.String()
-}
-
-// retry calls fn until it succeeds, backing off; false if ctx ended.
-func (r *rig) retry(ctx context.Context, fn func(context.Context) error) bool {
-	backoff := 50 * time.Millisecond
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := fn(cctx)
-		cancel()
-		if err == nil {
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		r.clientErrs.Add(1)
-		if !sleepCtx(ctx, backoff) {
-			return false
-		}
-		backoff = min(2*backoff, time.Second)
-	}
-}
-
 // report checks the database and the logs, and puts the report together.
 func (r *rig) report(ctx context.Context, began time.Time) (*Report, error) {
 	wl, err := readWorkerLogs(r.workerLogs())
@@ -491,15 +492,19 @@ func (r *rig) report(ctx context.Context, began time.Time) (*Report, error) {
 	}
 	faults := r.faults.all()
 	sortFaults(faults)
-	f, err := check(ctx, r.pool, faults, wl, r.o.Lease)
+	f, err := check(ctx, r.pool, checkInput{faults: faults, logs: wl, lease: r.o.Lease, codec: r.codec})
 	if err != nil {
 		return nil, fmt.Errorf("chaos: check: %w", err)
 	}
 	rep := &Report{
-		Findings: f, Seed: r.o.Seed, Dir: r.dir, Workers: r.o.Workers,
+		Findings: f, Seed: r.o.Seed, Dir: r.dir, Workers: r.o.Workers, ClockSkews: r.o.ClockSkews,
 		StaleWrites: wl.staleTotal(), StaleByWrite: wl.stale, StaleMetricOfStopped: wl.staleMetric, StaleLogOfStopped: wl.staleOfStopped,
 		ClientRetries: int(r.clientErrs.Load()), ResultWaitErrors: int(r.waitErrs.Load()),
-		LogLines: wl.lines, EngineErrors: len(wl.errors),
+		LogLines: wl.lines, EngineErrors: len(wl.errors), DeadlockTaskFailures: wl.deadlocks,
+		StarvedDeadlocks: wl.starved, StarvedDeadlockExample: wl.starvedExample, SkewNotApplied: wl.skewNotApplied,
+		WrongKeySignals: int(r.wrongKeySent.Load()), WrongKeyRefused: int(r.wrongKeyRefused.Load()),
+		WrongKeyAccepted: int(r.wrongKeyAccepted.Load()), WrongKeyRefusalExample: r.wrongKeyExample,
+		SpinRuns: int(r.spins.Load()), SpinDeadlocksSeen: int(r.spinDeadlocks.Load()), SpinsTerminated: int(r.spinsTerminated.Load()),
 	}
 	for pid, p := range wl.procs {
 		rep.RetryLogLines += p.retries
@@ -540,6 +545,8 @@ func (r *rig) report(ctx context.Context, began time.Time) (*Report, error) {
 		case FaultConnKill:
 			rep.ConnKills++
 			rep.ConnectionsKilled += ft.N
+		case FaultUpgrade:
+			rep.Upgrades++
 		}
 	}
 	rep.PGRestarts = rep.PGStopsFast + rep.PGStopsImmediate

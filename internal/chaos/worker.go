@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/engine"
 )
 
@@ -31,6 +34,21 @@ type workerConfig struct {
 	Lease        time.Duration `json:"lease"`
 	PollInterval time.Duration `json:"poll_interval"`
 	Concurrency  int           `json:"concurrency"`
+	// DeadlockTimeout is engine.Options.WorkflowDeadlockTimeout.
+	DeadlockTimeout time.Duration `json:"deadlock_timeout"`
+	// ClockSkew is how far off the clock of the worker's machine is meant
+	// to be. The engine takes its times from the database's clock, carried
+	// forward by the process's monotonic clock; the hook that sets the
+	// process's own clock is not exported (engine.Options.osNowFunc), so
+	// the worker logs msgSkewNotApplied instead. NowFunc would replace the
+	// database's clock altogether, as no production worker does.
+	ClockSkew time.Duration `json:"clock_skew"`
+	// Gen is the generation of the workflow code it runs (see
+	// workload.Versioned).
+	Gen int `json:"gen"`
+	// PayloadKey is the AES key of the payload codec every engine of the
+	// rig has (codec.AESGCM).
+	PayloadKey []byte `json:"payload_key"`
 }
 
 // Messages the worker logs about itself.
@@ -38,6 +56,9 @@ const (
 	msgWorkerReady   = "chaos: worker running"
 	msgWorkerStopped = "chaos: worker stopped"
 	msgNewFailed     = "chaos: engine.New failed; retrying until it works"
+	// msgSkewNotApplied says a worker runs on the real clock though a
+	// skew was asked for (see workerConfig.ClockSkew).
+	msgSkewNotApplied = "chaos: clock skew not applied: the engine exports no hook for the process's clock"
 )
 
 // IsWorker reports whether this process was started by the rig as a worker.
@@ -87,13 +108,20 @@ func runWorker(cfg workerConfig) error {
 	}
 	pcfg.MaxConns = int32(cfg.Concurrency + 8)
 	pcfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	// The database records which session wrote what (the rig's triggers
+	// read application_name), and the rig kills connections by it.
+	pcfg.ConnConfig.RuntimeParams["application_name"] = workerID(cfg.Slot, pid)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("open pool: %w", err)
 	}
 	defer pool.Close()
 
-	w := &workload{pool: pool, pid: pid, log: log, lease: cfg.Lease}
+	c, err := codec.AESGCM(cfg.PayloadKey)
+	if err != nil {
+		return err
+	}
+	w := &workload{pool: pool, pid: pid, log: log, lease: cfg.Lease, gen: cfg.Gen}
 	opts := engine.Options{
 		Queues:            map[string]engine.QueueOptions{engine.DefaultQueue: {WorkflowConcurrency: cfg.Concurrency, ActivityConcurrency: cfg.Concurrency}},
 		Logger:            log,
@@ -102,6 +130,12 @@ func runWorker(cfg workerConfig) error {
 		PollInterval:      cfg.PollInterval,
 		ShutdownTimeout:   2 * time.Second,
 		SkipMigrate:       true,
+		Codec:             c,
+
+		WorkflowDeadlockTimeout: cfg.DeadlockTimeout,
+	}
+	if cfg.ClockSkew != 0 {
+		log.LogAttrs(ctx, slog.LevelWarn, msgSkewNotApplied, slog.Duration("clock_skew", cfg.ClockSkew))
 	}
 	// The database may be down when a worker (re)starts: keep trying, as a
 	// deployment would, logging the first failure only. Each try gets a new
@@ -128,15 +162,29 @@ func runWorker(cfg workerConfig) error {
 	if err := w.register(e); err != nil {
 		return err
 	}
-	log.LogAttrs(ctx, slog.LevelInfo, msgWorkerReady, slog.String("worker", opts.WorkerID), slog.Int("new_failures", failures))
+	log.LogAttrs(ctx, slog.LevelInfo, msgWorkerReady, slog.String("worker", opts.WorkerID), slog.Int("new_failures", failures),
+		slog.Duration("clock_skew", cfg.ClockSkew), slog.Int("gen", cfg.Gen))
 	err = e.Run(ctx)
 	log.LogAttrs(context.Background(), slog.LevelInfo, msgWorkerStopped, slog.Int("stale_writes", int(staleWrites(reg))))
 	return err
 }
 
 // workerID names a worker's claims so that the driver can tell whose they
-// are.
+// are; it is also the application_name of its connections.
 func workerID(slot, pid int) string { return fmt.Sprintf("chaos-s%d-p%d", slot, pid) }
+
+// pidOfWorker returns the pid in a workerID, or 0 if id is not one.
+func pidOfWorker(id string) int {
+	_, p, ok := strings.Cut(id, "-p")
+	if !ok || !strings.HasPrefix(id, "chaos-s") {
+		return 0
+	}
+	pid, err := strconv.Atoi(p)
+	if err != nil {
+		return 0
+	}
+	return pid
+}
 
 // staleWrites sums durable_stale_writes_rejected_total.
 func staleWrites(g prometheus.Gatherer) float64 {
@@ -162,8 +210,10 @@ type worker struct {
 	slot    int
 	cmdPath string
 	cmdArgs []string
-	env     []string
-	stderr  string // file for the process's own output (panics)
+	// env returns the environment of a new process: it carries the
+	// configuration, which changes when the code is upgraded.
+	env    func() []string
+	stderr string // file for the process's own output (panics)
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -196,7 +246,7 @@ func (w *worker) start() error {
 	}
 	defer out.Close()
 	cmd := exec.Command(w.cmdPath, w.cmdArgs...)
-	cmd.Env = w.env
+	cmd.Env = w.env()
 	cmd.Stdout, cmd.Stderr = out, out
 	// The process group lets SIGKILL and SIGSTOP reach the whole process.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -50,6 +50,9 @@ type WorkInput struct {
 	DurationMS int `json:"duration_ms"`
 	// FailTimes is how many attempts fail (transiently) before one works.
 	FailTimes int `json:"fail_times"`
+	// Gen is the generation of the workflow code that scheduled it, for
+	// the ledger (see workload.Versioned); 0 outside versioned runs.
+	Gen int `json:"gen,omitempty"`
 }
 
 // FlowResult is what the workflow returns.
@@ -114,6 +117,12 @@ type workload struct {
 	pid   int
 	log   *slog.Logger
 	lease time.Duration
+	// gen is the generation of the workflow code: 1 before the rig's
+	// upgrade, 2 after it (see Versioned).
+	gen int
+	// replay skips the time workflow code spends computing (see compute):
+	// the checker replays thousands of histories.
+	replay bool
 }
 
 // Flow is the workflow: steps, parallel steps, a heartbeating activity, a
@@ -164,8 +173,10 @@ func (w *workload) Flow(ctx workflow.Context, in FlowInput) (FlowResult, error) 
 	return res, nil
 }
 
-// errTransient is the planned failure of Work's first attempts.
-var errTransient = errors.New("planned transient failure")
+// errTransient is the planned failure of Work's first attempts. Its text
+// holds what PostgreSQL cannot store as it is (a NUL byte, bytes that are
+// not UTF-8): the engine must record it escaped and retry the activity.
+var errTransient = errors.New("planned transient failure \x00 \xff")
 
 // Work sleeps, fails its first in.FailTimes attempts, then records its
 // effect in the ledger and returns a value derived from its input.
@@ -177,10 +188,20 @@ func (w *workload) Work(ctx context.Context, in WorkInput) (int64, error) {
 	if activity.GetInfo(ctx).Attempt <= in.FailTimes {
 		return 0, errTransient
 	}
-	if err := w.record(ctx, "work", started); err != nil {
+	if err := w.record(ctx, "work", started, in.Gen); err != nil {
 		return 0, err
 	}
 	return workValue(in), nil
+}
+
+// Work2 is Work under another name, returning another value: the new
+// branch of Versioned.
+func (w *workload) Work2(ctx context.Context, in WorkInput) (int64, error) {
+	v, err := w.Work(ctx, in)
+	if err != nil {
+		return 0, err
+	}
+	return v + work2Extra, nil
 }
 
 // BeatInput is the input of the heartbeating activity.
@@ -189,20 +210,30 @@ type BeatInput struct {
 	DurationMS int `json:"duration_ms"`
 }
 
+// BeatProgress is the heartbeating activity's heartbeat: which attempt, in
+// which process, sent it. The checker compares it with the claim that held
+// the task when the database accepted it.
+type BeatProgress struct {
+	Attempt int `json:"attempt"`
+	PID     int `json:"pid"`
+	N       int `json:"n"`
+}
+
 // Beat runs for a while, heartbeating, and stops when a heartbeat says the
 // task was claimed again.
 func (w *workload) Beat(ctx context.Context, in BeatInput) (int64, error) {
 	started := time.Now()
 	end := started.Add(time.Duration(in.DurationMS) * time.Millisecond)
+	attempt := activity.GetInfo(ctx).Attempt
 	for i := 0; time.Now().Before(end); i++ {
-		if err := activity.RecordHeartbeat(ctx, i); err != nil {
+		if err := activity.RecordHeartbeat(ctx, BeatProgress{Attempt: attempt, PID: w.pid, N: i}); err != nil {
 			return 0, err // the engine logs a refused heartbeat (msgHeartbeatRefused)
 		}
 		if !sleepCtx(ctx, 20*time.Millisecond) {
 			return 0, ctx.Err()
 		}
 	}
-	if err := w.record(ctx, "beat", started); err != nil {
+	if err := w.record(ctx, "beat", started, 0); err != nil {
 		return 0, err
 	}
 	return beatValue(in.Seq), nil
@@ -222,7 +253,7 @@ func (w *workload) Effect(ctx context.Context, seq int) (int64, error) {
 		w.logWriteFailure(ctx, "exactly-once effect", err)
 		return 0, err
 	}
-	if err := w.record(ctx, "effect", started); err != nil {
+	if err := w.record(ctx, "effect", started, 0); err != nil {
 		return 0, err
 	}
 	return v, nil
@@ -230,16 +261,17 @@ func (w *workload) Effect(ctx context.Context, seq int) (int64, error) {
 
 const (
 	insertLedgerSQL = `
-INSERT INTO chaos_ledger (kind, idempotency_key, run_id, workflow_id, attempt, pid, started_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)`
+INSERT INTO chaos_ledger (kind, idempotency_key, run_id, workflow_id, attempt, pid, started_at, gen)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
 	insertEffectSQL = `INSERT INTO chaos_effects (idempotency_key, pid) VALUES ($1, $2)`
 )
 
 // record writes one row to the ledger for this execution, without any
-// deduplication: the row is the activity's side effect.
-func (w *workload) record(ctx context.Context, kind string, started time.Time) error {
+// deduplication: the row is the activity's side effect. gen is the code
+// generation that scheduled it (WorkInput.Gen).
+func (w *workload) record(ctx context.Context, kind string, started time.Time, gen int) error {
 	info := activity.GetInfo(ctx)
-	_, err := w.pool.Exec(ctx, insertLedgerSQL, kind, info.IdempotencyKey, info.RunID, info.WorkflowID, info.Attempt, w.pid, started)
+	_, err := w.pool.Exec(ctx, insertLedgerSQL, kind, info.IdempotencyKey, info.RunID, info.WorkflowID, info.Attempt, w.pid, started, gen)
 	if err != nil {
 		w.logWriteFailure(ctx, "ledger", err)
 		return fmt.Errorf("write the ledger: %w", err)
@@ -283,65 +315,18 @@ func (w *workload) register(e *engine.Engine) error {
 		InitialInterval: 50 * time.Millisecond, BackoffCoefficient: 2, MaximumInterval: 500 * time.Millisecond,
 		MaximumAttempts: 1000,
 	}
+	failRetry := retry
+	failRetry.MaximumAttempts = 2
 	return errors.Join(
 		engine.RegisterWorkflow(e, w.Flow, engine.WorkflowOptions{Name: flowName}),
+		engine.RegisterWorkflow(e, w.Drain, engine.WorkflowOptions{Name: drainName}),
+		engine.RegisterWorkflow(e, w.Fail, engine.WorkflowOptions{Name: failName}),
+		engine.RegisterWorkflow(e, w.Spin, engine.WorkflowOptions{Name: spinName}),
+		engine.RegisterWorkflow(e, w.Versioned, engine.WorkflowOptions{Name: versionedName}),
 		engine.RegisterActivity(e, w.Work, activity.Options{Name: workName, StartToCloseTimeout: w.lease, Retry: retry}),
+		engine.RegisterActivity(e, w.Work2, activity.Options{Name: work2Name, StartToCloseTimeout: w.lease, Retry: retry}),
 		engine.RegisterActivity(e, w.Beat, activity.Options{Name: beatName, HeartbeatTimeout: w.lease, StartToCloseTimeout: 10 * w.lease, Retry: retry}),
 		engine.RegisterActivity(e, w.Effect, activity.Options{Name: effectName, StartToCloseTimeout: w.lease, Retry: retry}),
+		engine.RegisterActivity(e, w.FailActivity, activity.Options{Name: failActName, StartToCloseTimeout: w.lease, Retry: failRetry}),
 	)
 }
-
-// schemaSQL adds the rig's tables to a migrated database: the driver's list
-// of workflows, the ledger of executions, the effects applied through the
-// exactly-once helper, and two tables that triggers fill with what the
-// checker needs and the engine does not keep: which activity task had which
-// idempotency key, and when (by the database clock) each timer fired.
-const schemaSQL = `
-CREATE TABLE chaos_workflows (
-    workflow_id text        PRIMARY KEY,
-    input       jsonb       NOT NULL,
-    created_at  timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-CREATE TABLE chaos_ledger (
-    id              bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    kind            text        NOT NULL,
-    idempotency_key text        NOT NULL,
-    run_id          text        NOT NULL,
-    workflow_id     text        NOT NULL,
-    attempt         integer     NOT NULL,
-    pid             integer     NOT NULL,
-    started_at      timestamptz NOT NULL,
-    created_at      timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-CREATE INDEX chaos_ledger_key ON chaos_ledger (idempotency_key, created_at);
-CREATE TABLE chaos_effects (
-    id              bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    idempotency_key text        NOT NULL,
-    pid             integer     NOT NULL,
-    created_at      timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-CREATE TABLE chaos_task_keys (
-    task_id         bigint PRIMARY KEY,
-    idempotency_key text   NOT NULL
-);
-CREATE TABLE chaos_timer_fires (
-    run_id   uuid        NOT NULL,
-    event_id bigint      NOT NULL,
-    seq      bigint      NOT NULL,
-    fired_at timestamptz NOT NULL
-);
-CREATE FUNCTION chaos_note_task() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO chaos_task_keys VALUES (NEW.id, NEW.idempotency_key) ON CONFLICT DO NOTHING;
-    RETURN NULL;
-END $$;
-CREATE TRIGGER chaos_note_task AFTER INSERT ON durable_activity_tasks
-    FOR EACH ROW EXECUTE FUNCTION chaos_note_task();
-CREATE FUNCTION chaos_note_timer() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO chaos_timer_fires VALUES (NEW.run_id, NEW.event_id, (NEW.attributes->>'seq')::bigint, clock_timestamp());
-    RETURN NULL;
-END $$;
-CREATE TRIGGER chaos_note_timer AFTER INSERT ON durable_events
-    FOR EACH ROW WHEN (NEW.type = 'timer_fired') EXECUTE FUNCTION chaos_note_timer();
-`
