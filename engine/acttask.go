@@ -26,7 +26,7 @@ func (e *Engine) claimActivityTasks(ctx context.Context, queue string, n int) ([
 		return nil, nil
 	}
 	keys, share := e.backlog.take(queue, n)
-	return e.store.ClaimActivityTasks(ctx, e.activityClaim(queue, n, e.now(), types, keys, share))
+	return e.store.ClaimActivityTasks(ctx, e.activityClaim(queue, n, e.dueNow(), types, keys, share))
 }
 
 // activityClaim is this engine's claim of up to n tasks of types on queue

@@ -76,6 +76,15 @@ func (c *dbClock) now() time.Time {
 	}
 }
 
+// due returns the database's clock at its earliest: now less how far the
+// reading may be off (half its round trip, and the drift since). Whether a
+// timer is due, or a claim has lapsed, is decided by it, so that no engine
+// fires a timer or takes a claim before the database's clock says so.
+func (c *dbClock) due() time.Time {
+	b, t := c.base.Load(), c.now()
+	return t.Add(-b.off - c.local().Sub(b.local)/clockDrift)
+}
+
 // resync reads the database's clock again. If the database does not
 // answer, the clock goes on from its last reading, and says so once.
 func (c *dbClock) resync() {

@@ -227,6 +227,25 @@ func TestDBClock(t *testing.T) {
 		require.NoError(t, err)
 		return f, c, log
 	}
+	t.Run("DueIsNeverAheadOfTheDatabase", func(t *testing.T) {
+		t.Parallel()
+		// The worst read for a clock that must not run ahead: the request
+		// takes the whole round trip to arrive, and the database reads its
+		// clock as it answers, instantly.
+		var local time.Time
+		const rtt = 40 * time.Millisecond
+		dbAt := func(l time.Time) time.Time { return start.Add(l.Sub(time.Time{})) }
+		read := func(context.Context) (time.Time, error) {
+			local = local.Add(rtt)
+			return dbAt(local), nil
+		}
+		c, err := newDBClock(context.Background(), read, func() time.Time { return local }, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		require.True(t, c.now().After(dbAt(local)), "the midpoint estimate runs ahead of this database's clock")
+		require.False(t, c.due().After(dbAt(local)), "due is never ahead of it")
+		local = local.Add(time.Hour)
+		require.False(t, c.due().After(dbAt(local)), "nor an hour later, drift included")
+	})
 	t.Run("CarriesTheDatabasesClockForward", func(t *testing.T) {
 		t.Parallel()
 		f, c, _ := setup(t)

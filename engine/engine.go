@@ -289,6 +289,7 @@ type Engine struct {
 	wakes   wakeups          // soon-due timers of cached runs (timerfire.go)
 	hub     *hub
 	nowFunc func() time.Time // the engine's clock: Options.NowFunc, or the database's
+	dueFunc func() time.Time // nowFunc at its earliest (see dbClock.due)
 	running atomic.Bool
 	pools   atomic.Pointer[pools] // set while Run runs
 	// handoffMu orders Start's hand-offs before Run drops its pools.
@@ -350,7 +351,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
 		if err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
-		e.nowFunc = c.now
+		e.nowFunc, e.dueFunc = c.now, c.due
 	}
 	// Metrics last: a New that failed above (the database down, say) leaves
 	// the registry as it was, so it can simply be called again.
@@ -429,3 +430,12 @@ func (e *Engine) needDB() error {
 // run that applies an event it wrote (a hand-off, a fused step) must see
 // the time a replay will read back.
 func (e *Engine) now() time.Time { return e.nowFunc().Truncate(time.Microsecond) }
+
+// dueNow is the clock that decides whether a timer is due or a claim has
+// lapsed: the database's at its earliest, or Options.NowFunc.
+func (e *Engine) dueNow() time.Time {
+	if e.dueFunc == nil {
+		return e.now()
+	}
+	return e.dueFunc().Truncate(time.Microsecond)
+}

@@ -40,7 +40,7 @@ func (e *Engine) claimWorkflowTasks(ctx context.Context, queue string, n int) ([
 		return nil, nil
 	}
 	tasks, err := e.store.ClaimWorkflowTasks(ctx, store.ClaimParams{
-		Queue: queue, WorkerID: e.opts.WorkerID, Limit: n, Now: e.now(), Lease: e.opts.WorkflowTaskLease, Types: types,
+		Queue: queue, WorkerID: e.opts.WorkerID, Limit: n, Now: e.dueNow(), Lease: e.opts.WorkflowTaskLease, Types: types,
 	})
 	if err == nil {
 		e.prefetchHistories(ctx, tasks)
@@ -278,7 +278,7 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 			// a backlog on its queue, the commit claims the queue's next task
 			// for the slot: no claim transaction, no idle slot meanwhile.
 			if keys, share, had := e.backlog.takeIfAny(inlineQueue, 1); had {
-				c := e.activityClaim(inlineQueue, 1, now, e.registered(false), keys, share)
+				c := e.activityClaim(inlineQueue, 1, e.dueNow(), e.registered(false), keys, share)
 				commit.ClaimNext = &c
 			}
 		}

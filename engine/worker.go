@@ -70,7 +70,7 @@ func (e *Engine) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	scanner := timer.NewScanner(firer, timer.Options{
-		NowFunc: e.now, PollInterval: e.opts.PollInterval, Logger: e.log,
+		NowFunc: e.dueNow, PollInterval: e.opts.PollInterval, Logger: e.log,
 		ErrorFunc: func(err error, retryIn time.Duration) {
 			if err != nil {
 				e.hub.db.fail(ctx, "fire timers", err, retryIn)
