@@ -47,6 +47,14 @@ type Options struct {
 	// as started even if its claim was given back. Default 0, which means
 	// no limit.
 	ScheduleToStartTimeout time.Duration `json:",omitzero"`
+	// WaitForCancellation makes the activity's future, when the workflow
+	// cancels it (its run is canceled), wait until the running attempt has
+	// acknowledged: it returned after learning of the cancel at a heartbeat
+	// ([ErrCanceled]), or finished anyway. Its cleanup then runs before the
+	// workflow goes on. An activity not running at the time is canceled at
+	// once. Default false: the future fails with the workflow's ErrCanceled
+	// at once, and the attempt learns of it at its next heartbeat.
+	WaitForCancellation bool `json:",omitzero"`
 	// HeartbeatTimeout, when set, fails an attempt that has not called
 	// [RecordHeartbeat] within that time since it started or since its last
 	// heartbeat. Default 0, which means no heartbeat timeout.
@@ -133,6 +141,9 @@ func (o Options) Merge(override Options) Options {
 	}
 	if override.ScheduleToStartTimeout != 0 {
 		o.ScheduleToStartTimeout = override.ScheduleToStartTimeout
+	}
+	if override.WaitForCancellation {
+		o.WaitForCancellation = true
 	}
 	if override.HeartbeatTimeout != 0 {
 		o.HeartbeatTimeout = override.HeartbeatTimeout

@@ -142,7 +142,10 @@ func (e *Engine) attempt(ctx context.Context, t store.ActivityTask, def *activit
 			return nil, false, nil // runAheadAttempt logs it
 		}
 		if errors.Is(cause, activity.ErrCanceled) {
-			return nil, false, nil // the heartbeat logged it; there is no one to report to
+			if !opts.WaitForCancellation {
+				return nil, false, nil // the heartbeat logged it; there is no one to report to
+			}
+			err = cause // the workflow waits for this attempt to acknowledge
 		}
 		if errors.Is(cause, store.ErrLeaseLost) {
 			e.log.LogAttrs(ctx, slog.LevelWarn, "activity attempt lost its lease; another attempt owns the task", attrs...)
@@ -310,6 +313,8 @@ func (e *Engine) failurePlan(t store.ActivityTask, cause error, opts activity.Op
 	now := e.now()
 	retry = &store.RetryActivityParams{TaskID: t.ID, Attempt: t.Attempt, Error: store.EscapeText(cause.Error()), ErrorClass: class, Now: now}
 	switch after, rateLimited := activity.RetryAfter(cause); {
+	case errors.Is(cause, activity.ErrCanceled):
+		return nil, cause, "canceled" // acknowledged: its workflow waits for it
 	case activity.IsNonRetryable(cause) || slices.Contains(policy.NonRetryableErrorTypes, class):
 		return nil, cause, class
 	case rateLimited && t.RateLimited < policy.MaximumRateLimitedRetries:
@@ -337,7 +342,11 @@ func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs
 	e.metrics.outcomes.WithLabelValues("activity", t.Activity, outcomeFailedRetrying).Inc()
 	e.log.LogAttrs(ctx, slog.LevelWarn, "activity attempt failed; retrying",
 		append(attrs, slog.String("error", cause.Error()), slog.String("class", class), slog.Time("retry_at", retry.RunAfter))...)
-	if err := e.store.RetryActivity(ctx, *retry); err != nil {
+	if err := e.store.RetryActivity(ctx, *retry); errors.Is(err, store.ErrActivityCanceled) {
+		// Canceled while it ran, and its workflow waits for it: this
+		// failure is its last.
+		return e.resolveFailed(ctx, t, attrs, fmt.Errorf("%w after: %w", activity.ErrCanceled, cause), "canceled", t.Attempt, s)
+	} else if err != nil {
 		e.logLostWrite(ctx, "record activity retry", attrs, err)
 		return nil
 	}

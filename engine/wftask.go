@@ -525,7 +525,11 @@ func (e *Engine) commitParams(t store.WorkflowTask, processed int64, cmds []hist
 		case history.WorkflowFailed:
 			p.Close = &store.CloseRun{Status: store.StatusFailed, Failure: &c.Failure}
 		case history.ActivityCanceled:
-			p.CanceledActivities = append(p.CanceledActivities, c.Seq)
+			if c.Wait {
+				p.WaitCanceledActivities = append(p.WaitCanceledActivities, c.Seq)
+			} else {
+				p.CanceledActivities = append(p.CanceledActivities, c.Seq)
+			}
 		case history.WorkflowCanceled:
 			p.Close = &store.CloseRun{Status: store.StatusCanceled, Failure: &history.Failure{Message: "canceled: " + c.Reason, Class: "canceled"}}
 		case history.ChildWorkflowScheduled:

@@ -165,6 +165,10 @@ type WorkflowTerminated struct {
 // (the run was canceled); its task is removed.
 type ActivityCanceled struct {
 	Seq int64 `json:"seq"`
+	// Wait is set for an activity with WaitForCancellation: its task is
+	// kept, marked canceled, until the running attempt reports, and its
+	// outcome event settles the workflow's future.
+	Wait bool `json:"wait,omitempty"`
 }
 
 // VersionMarker records the version workflow.GetVersion chose for a change.

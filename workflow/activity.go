@@ -35,7 +35,7 @@ func ExecuteActivity[In, Out any](ctx Context, fn func(context.Context, In) (Out
 		return failedFuture[Out](name, ErrCanceled)
 	}
 	seq := x.nextSeq()
-	f := &future{name: "activity " + name, activity: name, seq: seq, detached: ctx.detached}
+	f := &future{name: "activity " + name, activity: name, seq: seq, detached: ctx.detached, waitCancel: opts.WaitForCancellation}
 	x.futures[seq] = f
 	x.command(history.ActivityScheduled{Seq: seq, Activity: name, Queue: opts.Queue, Input: input, Options: encoded})
 	return typedFuture[Out]{f}

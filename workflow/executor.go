@@ -231,6 +231,10 @@ func (x *executor) apply(ev history.Event) error {
 		if err != nil {
 			return err
 		}
+		if f.cancelWaiting {
+			f.settle(nil, ErrCanceled)
+			break
+		}
 		f.settle(a.Result, nil)
 	case history.ActivityFailed:
 		if x.canceled[a.Seq] {
@@ -240,6 +244,10 @@ func (x *executor) apply(ev history.Event) error {
 		f, err := x.future(ev, a.Seq)
 		if err != nil {
 			return err
+		}
+		if f.cancelWaiting {
+			f.settle(nil, ErrCanceled)
+			break
 		}
 		f.settle(nil, activityFailure(f.activity, a.Failure))
 	case history.SignalReceived:
@@ -318,13 +326,19 @@ func (x *executor) apply(ev history.Event) error {
 func (x *executor) cancelOpenFutures() {
 	seqs := make([]int64, 0, len(x.futures))
 	for seq, f := range x.futures {
-		if !f.detached {
+		if !f.detached && !f.cancelWaiting {
 			seqs = append(seqs, seq)
 		}
 	}
 	slices.Sort(seqs) // map order is random; commands must not be
 	for _, seq := range seqs {
 		f := x.futures[seq]
+		if f.waitCancel {
+			// Its outcome, once the attempt acknowledges, settles it.
+			f.cancelWaiting = true
+			x.command(history.ActivityCanceled{Seq: seq, Wait: true})
+			continue
+		}
 		delete(x.futures, seq)
 		x.canceled[seq] = true
 		if f.activity != "" {

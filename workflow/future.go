@@ -23,6 +23,10 @@ type future struct {
 	activity string  // the activity's name, for an activity's future
 	child    string  // the child's workflow ID, for a child workflow's future
 	started  *future // a child's start, for GetChildWorkflowExecution
+	// waitCancel is set for an activity with WaitForCancellation;
+	// cancelWaiting once its cancel is requested: its outcome then settles
+	// it with ErrCanceled.
+	waitCancel, cancelWaiting bool
 	// external and externalRun name the target of a signal or cancel
 	// request to another workflow.
 	external, externalRun string

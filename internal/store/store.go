@@ -298,6 +298,13 @@ type CommitWorkflowTaskParams struct {
 	// CanceledTimers are removed, and so are the tasks of CanceledActivities.
 	CanceledTimers     []int64
 	CanceledActivities []int64
+	// WaitCanceledActivities are canceled activities whose workflow waits
+	// for their attempt to acknowledge (WaitForCancellation): a task with a
+	// live claim is kept, marked canceled (its heartbeats and retries are
+	// refused with ErrActivityCanceled; its outcome is recorded as usual),
+	// and any other is removed with an ActivityFailed event of class
+	// "canceled" appended.
+	WaitCanceledActivities []int64
 	// ContinueAs, with Close.Status StatusContinuedAsNew, starts the run
 	// that continues this one.
 	ContinueAs *NewRun
@@ -369,14 +376,14 @@ func (p CommitWorkflowTaskParams) IsStep() bool { return p.Close == nil && p.bar
 // starts timers, and nothing else.
 func (p CommitWorkflowTaskParams) IsFirst() bool {
 	return p.Close == nil && len(p.CanceledTimers) == 0 && len(p.CanceledActivities) == 0 &&
-		len(p.Children) == 0 && len(p.External) == 0 && p.ContinueAs == nil && !p.CloseChildren
+		len(p.Children) == 0 && len(p.External) == 0 && len(p.WaitCanceledActivities) == 0 && p.ContinueAs == nil && !p.CloseChildren
 }
 
 // bare reports whether a commit has nothing but events, activities and a
 // close.
 func (p CommitWorkflowTaskParams) bare() bool {
 	return len(p.Timers) == 0 && len(p.CanceledTimers) == 0 && len(p.CanceledActivities) == 0 &&
-		len(p.Children) == 0 && len(p.External) == 0 && p.ContinueAs == nil && !p.CloseChildren
+		len(p.Children) == 0 && len(p.External) == 0 && len(p.WaitCanceledActivities) == 0 && p.ContinueAs == nil && !p.CloseChildren
 }
 
 // ExternalRequest is an event for another workflow's open run, sent by a
@@ -653,7 +660,9 @@ type Store interface {
 	// or was claimed again (a late duplicate completion).
 	ResolveActivity(ctx context.Context, in ResolveActivityParams) (Ready, error)
 	// RetryActivity releases the task to be tried again at in.RunAfter.
-	// It returns ErrLeaseLost if the claim no longer holds.
+	// It returns ErrActivityCanceled if the workflow canceled the activity
+	// while it ran (WaitCanceledActivities), and ErrLeaseLost if the claim
+	// no longer holds.
 	RetryActivity(ctx context.Context, in RetryActivityParams) error
 	// NextDue returns when the earliest task of the kind ("workflow" or
 	// "activity") on the queue becomes ready, or ok false if there is none.

@@ -214,7 +214,7 @@ SET locked_by = NULL, locked_until = NULL, run_after = @run_after, last_error = 
     last_error_class = @class, first_failed_at = coalesce(first_failed_at, @now),
     max_attempts = CASE WHEN @rate_limited AND max_attempts > 0 THEN max_attempts + 1 ELSE max_attempts END,
     rate_limited = rate_limited + CASE WHEN @rate_limited THEN 1 ELSE 0 END
-WHERE id = @id AND attempt = @attempt`
+WHERE id = @id AND attempt = @attempt AND NOT canceled`
 
 // RetryActivity implements store.Store.
 func (s *Store) RetryActivity(ctx context.Context, in store.RetryActivityParams) error {
@@ -226,6 +226,15 @@ func (s *Store) RetryActivity(ctx context.Context, in store.RetryActivityParams)
 		return fmt.Errorf("retry activity task %d: %w", in.TaskID, translate(err))
 	}
 	if tag.RowsAffected() == 0 {
+		var canceled bool
+		err := s.queryRow(ctx, `SELECT EXISTS (SELECT 1 FROM durable_activity_tasks WHERE id = $1 AND attempt = $2 AND canceled)`,
+			scanInto(&canceled), in.TaskID, in.Attempt)
+		switch {
+		case err != nil:
+			return fmt.Errorf("retry activity task %d: refused; look up why: %w", in.TaskID, translate(err))
+		case canceled:
+			return store.ErrActivityCanceled
+		}
 		return store.ErrLeaseLost
 	}
 	return nil
@@ -298,7 +307,7 @@ const heartbeatActivitySQL = `
 UPDATE durable_activity_tasks
 SET heartbeat = CASE WHEN @hand_off::text = '' THEN @details ELSE heartbeat END,
     locked_by = coalesce(nullif(@hand_off::text, ''), locked_by), locked_until = @until, run_after = @until
-WHERE id = @id AND attempt = @attempt AND locked_by IS NOT NULL`
+WHERE id = @id AND attempt = @attempt AND locked_by IS NOT NULL AND NOT canceled`
 
 // HeartbeatActivity implements store.Store.
 func (s *Store) HeartbeatActivity(ctx context.Context, in store.HeartbeatParams) error {

@@ -126,6 +126,11 @@ func (s *Store) familyEffects(ctx context.Context, in store.CommitWorkflowTaskPa
 			return err
 		}
 	}
+	for _, seq := range in.WaitCanceledActivities {
+		if err := s.cancelWaiting(ctx, in, seq, ready); err != nil {
+			return err
+		}
+	}
 	if in.Close == nil {
 		return nil
 	}
@@ -161,6 +166,37 @@ func (s *Store) sendExternal(ctx context.Context, in store.CommitWorkflowTaskPar
 		ready.WorkflowQueues = append(ready.WorkflowQueues, sent.WorkflowQueues...)
 	}
 	return s.appendEvent(ctx, in.RunID, outcome, in.Now, ready)
+}
+
+// cancelWaitingSQL marks the task of a canceled activity whose workflow
+// waits for it (WaitForCancellation) if an attempt holds a live claim on
+// it; it then finishes, and its outcome is recorded as usual.
+const cancelWaitingSQL = `
+UPDATE durable_activity_tasks SET canceled = true
+WHERE run_id = @run_id AND seq = @seq AND locked_by IS NOT NULL AND locked_until > @now
+RETURNING id`
+
+// cancelWaiting cancels an activity whose workflow waits for it to
+// acknowledge: a running attempt is left to finish (its task marked
+// canceled), and an activity no attempt runs is removed, with its
+// ActivityFailed of class "canceled" appended at once.
+func (s *Store) cancelWaiting(ctx context.Context, in store.CommitWorkflowTaskParams, seq int64, ready *store.Ready) error {
+	if in.Close != nil {
+		return nil // the close removed every task of the run
+	}
+	var id int64
+	err := s.queryRow(ctx, cancelWaitingSQL, scanInto(&id), namedArgs{"run_id": in.RunID, "seq": seq, "now": in.Now})
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("cancel activity seq %d: %w", seq, err)
+	}
+	if _, err := s.db.Exec(ctx, `DELETE FROM durable_activity_tasks WHERE run_id = $1 AND seq = $2`, in.RunID, seq); err != nil {
+		return fmt.Errorf("cancel activity seq %d: %w", seq, err)
+	}
+	failed := history.ActivityFailed{Seq: seq, Failure: history.Failure{Message: "canceled before an attempt ran it", Class: "canceled"}}
+	return s.appendEvent(ctx, in.RunID, failed, in.Now, ready)
 }
 
 // reportToParent appends a closed child's outcome to its parent.

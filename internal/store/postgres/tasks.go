@@ -435,7 +435,8 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 		first    *int64
 	)
 	scan := scanInto(&ok, &first, &ready.ActivityQueues, &claimed, &released, &ready.TimerAt, &ready.CloseWaiter)
-	if len(in.Children) > 0 || len(in.External) > 0 || (in.Close != nil && (in.ParentRunID != "" || in.CloseChildren)) {
+	if len(in.Children) > 0 || len(in.External) > 0 || len(in.WaitCanceledActivities) > 0 ||
+		(in.Close != nil && (in.ParentRunID != "" || in.CloseChildren)) {
 		// Children and parents: more than one statement, in one transaction.
 		err = s.inTx(ctx, func(tx pgx.Tx) error {
 			if err := lockParentFirst(ctx, tx, in); err != nil {

@@ -402,3 +402,44 @@ func (b *bundle) signalAndClose(t *testing.T, run store.Run) {
 	require.NoError(t, err)
 	b.closeRun(t, run, b.now)
 }
+
+// testWaitCanceledActivity checks a cancel the workflow waits for: an
+// activity with a live claim keeps its task, whose heartbeats and retries
+// are refused as canceled and whose outcome is recorded; one no attempt
+// runs is removed, its failure (class "canceled") appended at once.
+func testWaitCanceledActivity(t *testing.T, b *bundle) {
+	run := b.runWithActivities(t, "order-1", 2, 0)
+	acts := b.claimActivity(t, worker, 1, b.now)
+	require.Len(t, acts, 1)
+	running := acts[0]
+	unclaimed := int64(3 - running.Seq) // seqs 1 and 2
+
+	_, err := b.s.SignalRun(b.ctx, store.SignalParams{WorkflowID: run.WorkflowID, Now: b.now},
+		history.WorkflowCancelRequested{Reason: "stop"})
+	require.NoError(t, err)
+	task := b.claimOneWorkflow(t, wfQueue, b.now)
+	last := b.getRun(t, run.RunID).LastEventID
+	require.NoError(t, b.commit(store.CommitWorkflowTaskParams{
+		RunID: run.RunID, Token: task.Token, ProcessedEventID: last, Now: b.now,
+		Events: []history.Attributes{
+			history.ActivityCanceled{Seq: 1, Wait: true}, history.ActivityCanceled{Seq: 2, Wait: true},
+		},
+		WaitCanceledActivities: []int64{1, 2},
+	}))
+	events := b.events(t, run.RunID)
+	lastEv := events[len(events)-1]
+	failed, ok := lastEv.Attributes.(history.ActivityFailed)
+	require.True(t, ok, "the activity no attempt ran fails at once: %s", lastEv.Type())
+	require.Equal(t, unclaimed, failed.Seq)
+	require.Equal(t, "canceled", failed.Failure.Class)
+
+	require.ErrorIs(t, b.s.HeartbeatActivity(b.ctx, store.HeartbeatParams{
+		TaskID: running.ID, Attempt: running.Attempt, RunID: running.RunID, Seq: running.Seq, LockedUntil: b.now.Add(time.Minute),
+	}), store.ErrActivityCanceled, "the running attempt learns of the cancel")
+	require.ErrorIs(t, b.s.RetryActivity(b.ctx, store.RetryActivityParams{
+		TaskID: running.ID, Attempt: running.Attempt, RunAfter: b.now, Error: "stopped", Now: b.now,
+	}), store.ErrActivityCanceled, "it is not retried")
+	require.NoError(t, b.resolve(completion(running, b.now)), "its outcome is recorded")
+	events = b.events(t, run.RunID)
+	require.Equal(t, "activity_completed", events[len(events)-1].Type())
+}

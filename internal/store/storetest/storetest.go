@@ -82,6 +82,7 @@ var cases = []struct {
 	{"ResolveActivityAppendsEventAndReadiesWorkflowTask", testResolveActivityAppendsEventAndReadiesWorkflowTask},
 	{"CloseDropsPendingActivities", testCloseDropsPendingActivities},
 	{"HeartbeatOfAnActivityItsRunGaveUpOn", testHeartbeatOfAnActivityItsRunGaveUpOn},
+	{"WaitCanceledActivity", testWaitCanceledActivity},
 	{"DuplicateCompletionIsIgnored", testDuplicateCompletionIsIgnored},
 	{"StaleAttemptCompletionIsRejected", testStaleAttemptCompletionIsRejected},
 	{"RetryActivityDelaysTask", testRetryActivityDelaysTask},
