@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-go/durable/codec"
+	"github.com/durable-go/durable/internal/osclock"
 	"github.com/durable-go/durable/internal/store/postgres"
 )
 
@@ -199,7 +200,7 @@ func (o Options) withDefaults() Options {
 		o.Logger = slog.Default()
 	}
 	if o.osNowFunc == nil {
-		o.osNowFunc = time.Now
+		o.osNowFunc = osclock.Now
 	}
 	if o.WorkerID == "" {
 		host, _ := os.Hostname()

@@ -123,9 +123,6 @@ type workerLogs struct {
 	// timeout (a starved process), with one example.
 	deadlocks, starved int
 	starvedExample     string
-	// skewNotApplied counts the worker processes that were asked to run
-	// on a skewed clock and could not (msgSkewNotApplied).
-	skewNotApplied int
 }
 
 // procLog is what one worker process logged.
@@ -214,9 +211,6 @@ func readWorkerLogs(paths []string) (*workerLogs, error) {
 				}
 			default:
 				wl.errors = append(wl.errors, fmt.Sprintf("pid %d: %s", l.PID, sc.Text()))
-			}
-			if l.Msg == msgSkewNotApplied {
-				wl.skewNotApplied++
 			}
 			if l.Msg == msgWorkerStopped && l.Stale != nil {
 				metricByPID[l.PID] = *l.Stale

@@ -59,10 +59,6 @@ type Report struct {
 	// retried; reported, not a violation.
 	StarvedDeadlocks       int    `json:"starved_deadlocks"`
 	StarvedDeadlockExample string `json:"starved_deadlock_example,omitempty"`
-	// SkewNotApplied counts the worker processes asked to run on a skewed
-	// clock that ran on the real one: the engine exports no hook for the
-	// process's clock.
-	SkewNotApplied int `json:"skew_not_applied"`
 
 	// StaleWrites are the writes fencing refused, counted from the workers'
 	// log lines, by write; ZombieWritesRejected those a paused worker made
@@ -104,9 +100,6 @@ func (r *Report) Table() string {
 	row("elapsed", r.Elapsed.Round(time.Second))
 	row("seed", r.Seed)
 	skews := fmt.Sprint(r.ClockSkews)
-	if r.SkewNotApplied > 0 {
-		skews += fmt.Sprintf(" asked, not applied (%d processes: no engine hook)", r.SkewNotApplied)
-	}
 	row("worker processes (clock skews)", fmt.Sprintf("%d %s", r.Workers, skews))
 	row("workflows", fmt.Sprintf("%d %s", r.Workflows, byKey(r.Kinds)))
 	row("runs", r.Runs)

@@ -501,7 +501,7 @@ func (r *rig) report(ctx context.Context, began time.Time) (*Report, error) {
 		StaleWrites: wl.staleTotal(), StaleByWrite: wl.stale, StaleMetricOfStopped: wl.staleMetric, StaleLogOfStopped: wl.staleOfStopped,
 		ClientRetries: int(r.clientErrs.Load()), ResultWaitErrors: int(r.waitErrs.Load()),
 		LogLines: wl.lines, EngineErrors: len(wl.errors), DeadlockTaskFailures: wl.deadlocks,
-		StarvedDeadlocks: wl.starved, StarvedDeadlockExample: wl.starvedExample, SkewNotApplied: wl.skewNotApplied,
+		StarvedDeadlocks: wl.starved, StarvedDeadlockExample: wl.starvedExample,
 		WrongKeySignals: int(r.wrongKeySent.Load()), WrongKeyRefused: int(r.wrongKeyRefused.Load()),
 		WrongKeyAccepted: int(r.wrongKeyAccepted.Load()), WrongKeyRefusalExample: r.wrongKeyExample,
 		SpinRuns: int(r.spins.Load()), SpinDeadlocksSeen: int(r.spinDeadlocks.Load()), SpinsTerminated: int(r.spinsTerminated.Load()),

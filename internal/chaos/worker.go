@@ -20,6 +20,7 @@ import (
 
 	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/engine"
+	"github.com/durable-go/durable/internal/osclock"
 )
 
 // workerEnv carries a worker's configuration (JSON) to the process that
@@ -36,12 +37,10 @@ type workerConfig struct {
 	Concurrency  int           `json:"concurrency"`
 	// DeadlockTimeout is engine.Options.WorkflowDeadlockTimeout.
 	DeadlockTimeout time.Duration `json:"deadlock_timeout"`
-	// ClockSkew is how far off the clock of the worker's machine is meant
-	// to be. The engine takes its times from the database's clock, carried
-	// forward by the process's monotonic clock; the hook that sets the
-	// process's own clock is not exported (engine.Options.osNowFunc), so
-	// the worker logs msgSkewNotApplied instead. NowFunc would replace the
-	// database's clock altogether, as no production worker does.
+	// ClockSkew is how far off the clock of the worker's machine is: the
+	// process's wall clock as the engine reads it (internal/osclock). The
+	// engine takes its times from the database's clock, carried forward by
+	// the process's monotonic clock, so the skew must change nothing.
 	ClockSkew time.Duration `json:"clock_skew"`
 	// Gen is the generation of the workflow code it runs (see
 	// workload.Versioned).
@@ -56,9 +55,6 @@ const (
 	msgWorkerReady   = "chaos: worker running"
 	msgWorkerStopped = "chaos: worker stopped"
 	msgNewFailed     = "chaos: engine.New failed; retrying until it works"
-	// msgSkewNotApplied says a worker runs on the real clock though a
-	// skew was asked for (see workerConfig.ClockSkew).
-	msgSkewNotApplied = "chaos: clock skew not applied: the engine exports no hook for the process's clock"
 )
 
 // IsWorker reports whether this process was started by the rig as a worker.
@@ -134,9 +130,7 @@ func runWorker(cfg workerConfig) error {
 
 		WorkflowDeadlockTimeout: cfg.DeadlockTimeout,
 	}
-	if cfg.ClockSkew != 0 {
-		log.LogAttrs(ctx, slog.LevelWarn, msgSkewNotApplied, slog.Duration("clock_skew", cfg.ClockSkew))
-	}
+	osclock.Skew(cfg.ClockSkew)
 	// The database may be down when a worker (re)starts: keep trying, as a
 	// deployment would, logging the first failure only. Each try gets a new
 	// registry: a New that fails has registered its metrics already.
