@@ -232,19 +232,27 @@ func TestDBClock(t *testing.T) {
 		// The worst read for a clock that must not run ahead: the request
 		// takes the whole round trip to arrive, and the database reads its
 		// clock as it answers, instantly.
-		var local time.Time
+		var (
+			mu    sync.Mutex
+			local time.Time
+		)
 		const rtt = 40 * time.Millisecond
 		dbAt := func(l time.Time) time.Time { return start.Add(l.Sub(time.Time{})) }
 		read := func(context.Context) (time.Time, error) {
+			mu.Lock()
+			defer mu.Unlock()
 			local = local.Add(rtt)
 			return dbAt(local), nil
 		}
-		c, err := newDBClock(context.Background(), read, func() time.Time { return local }, slog.New(slog.DiscardHandler))
+		now := func() time.Time { mu.Lock(); defer mu.Unlock(); return local }
+		c, err := newDBClock(context.Background(), read, now, slog.New(slog.DiscardHandler))
 		require.NoError(t, err)
-		require.True(t, c.now().After(dbAt(local)), "the midpoint estimate runs ahead of this database's clock")
-		require.False(t, c.due().After(dbAt(local)), "due is never ahead of it")
-		local = local.Add(time.Hour)
-		require.False(t, c.due().After(dbAt(local)), "nor an hour later, drift included")
+		require.True(t, c.now().After(dbAt(now())), "the midpoint estimate runs ahead of this database's clock")
+		require.False(t, c.due().After(dbAt(now())), "due is never ahead of it")
+		mu.Lock()
+		local = local.Add(time.Hour) // past clockResync: due reads again, in the background
+		mu.Unlock()
+		require.False(t, c.due().After(dbAt(now())), "nor an hour later, drift included")
 	})
 	t.Run("CarriesTheDatabasesClockForward", func(t *testing.T) {
 		t.Parallel()

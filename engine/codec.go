@@ -490,6 +490,20 @@ func (s codecStorage) ClaimWorkflowTasks(ctx context.Context, in store.ClaimPara
 // ClaimActivityTasks gives a task whose payloads this worker cannot decode
 // back at once, with the error, without spending an attempt (as a
 // rate-limited retry does): a worker with the right codec runs it.
+// UnstartedActivities decodes the tasks' payloads. The engine only fails
+// these tasks, so one that does not decode is returned as it is: its
+// failure needs none of its payloads.
+func (s codecStorage) UnstartedActivities(ctx context.Context, now time.Time, limit int) ([]store.ActivityTask, error) {
+	tasks, err := s.storage.UnstartedActivities(ctx, now, limit)
+	for i := range tasks {
+		t := tasks[i]
+		if s.decodeActivityTask(&t) == nil {
+			tasks[i] = t
+		}
+	}
+	return tasks, err
+}
+
 func (s codecStorage) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
 	tasks, err := s.storage.ClaimActivityTasks(ctx, in)
 	if err != nil {

@@ -375,7 +375,7 @@ func pollLoop[T any](ctx context.Context, e *Engine, kind, queue string, p *work
 		// A claim that commits must not be lost to a cancelled context, so
 		// claims are not cut short by ctx; they are short.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		claimedAt := e.now()
+		claimedAt := e.dueNow() // the clock claims decide by
 		tasks, err := claim(cctx, queue, free)
 		cancel()
 		p.releaseN(free - len(tasks))
@@ -404,10 +404,10 @@ func pollLoop[T any](ctx context.Context, e *Engine, kind, queue string, p *work
 		// that came due since (a retry due a few milliseconds after it was
 		// recorded) is claimed at once.
 		if due, ok, err := e.store.NextDue(ctx, kind, queue); err == nil && ok {
-			if due.After(claimedAt) && !due.After(e.now()) {
+			if due.After(claimedAt) && !due.After(e.dueNow()) {
 				continue
 			}
-			if left := due.Sub(e.now()); left > 0 {
+			if left := due.Sub(e.dueNow()); left > 0 {
 				wait = min(wait, left)
 			}
 		}

@@ -33,6 +33,7 @@ type optionsKey struct {
 	name, queue                                string
 	startToClose, scheduleToClose, heartbeat   time.Duration
 	scheduleToStart                            time.Duration
+	waitForCancellation                        bool
 	initialInterval, maximumInterval           time.Duration
 	backoffCoefficient                         float64
 	maximumAttempts, maximumRateLimitedRetries int
@@ -44,7 +45,7 @@ func keyOf(o activity.Options) optionsKey {
 	return optionsKey{
 		name: o.Name, queue: o.Queue,
 		startToClose: o.StartToCloseTimeout, scheduleToClose: o.ScheduleToCloseTimeout, heartbeat: o.HeartbeatTimeout,
-		scheduleToStart: o.ScheduleToStartTimeout,
+		scheduleToStart: o.ScheduleToStartTimeout, waitForCancellation: o.WaitForCancellation,
 		initialInterval: o.Retry.InitialInterval, maximumInterval: o.Retry.MaximumInterval,
 		backoffCoefficient: o.Retry.BackoffCoefficient,
 		maximumAttempts:    o.Retry.MaximumAttempts, maximumRateLimitedRetries: o.Retry.MaximumRateLimitedRetries,
