@@ -65,11 +65,7 @@ func TestCanceledActivityIsToldItWasCanceled(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the activity did not start")
 	}
-	require.Eventually(t, func() bool { // the activity may run ahead of its schedule's commit
-		events, err := r.History(ctx)
-		require.NoError(t, err)
-		return countEvents(t, events, "activity_scheduled") == 1
-	}, 10*time.Second, 5*time.Millisecond, "the activity's schedule committed")
+	awaitScheduled(ctx, t, r)
 	require.NoError(t, e.Cancel(ctx, "cancels-its-activity", "enough"))
 	_, err = r.Result(ctx)
 	var we *engine.WorkflowError

@@ -80,11 +80,7 @@ func TestScheduleToStartTimeoutFailsAnAttemptClaimedTooLate(t *testing.T) {
 
 	r, err := engine.Start(ctx, workflows, wf, 1, engine.StartOptions{ID: "waits-for-late"})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		events, err := r.History(ctx)
-		require.NoError(t, err)
-		return countEvents(t, events, "activity_scheduled") == 1
-	}, 10*time.Second, 5*time.Millisecond, "the activity is scheduled")
+	awaitScheduled(ctx, t, r)
 	skew.Store(int64(2 * time.Minute))
 	run(t, late)
 	got, err := r.Result(ctx)

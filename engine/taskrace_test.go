@@ -75,6 +75,18 @@ type hold struct {
 	release chan struct{}
 }
 
+// awaitHold waits until the workflow of id is held; what says what it did.
+func awaitHold(ctx context.Context, t *testing.T, id, what string) *hold {
+	t.Helper()
+	h := holdFor(id)
+	select {
+	case <-h.reached:
+	case <-ctx.Done():
+		t.Fatal(what)
+	}
+	return h
+}
+
 func holdFor(id string) *hold {
 	h, _ := holds.LoadOrStore(id, &hold{reached: make(chan struct{}), release: make(chan struct{})})
 	return h.(*hold)
@@ -121,12 +133,7 @@ func TestSignalDuringTheClosingTaskIsProcessed(t *testing.T) {
 	r, err := engine.Start(ctx, te.e, SumSignals, 0, engine.StartOptions{ID: id})
 	require.NoError(t, err)
 	require.NoError(t, engine.Signal(ctx, te.e, id, "n", 1))
-	h := holdFor(id)
-	select {
-	case <-h.reached:
-	case <-ctx.Done():
-		t.Fatal("the workflow did not take the first signal")
-	}
+	h := awaitHold(ctx, t, id, "the workflow did not take the first signal")
 	require.NoError(t, engine.Signal(ctx, te.e, id, "n", 10), "accepted while the task that closes the run works")
 	close(h.release)
 	got, err := r.Result(ctx)
@@ -172,12 +179,7 @@ func TestCancelDuringTheClosingTaskIsProcessed(t *testing.T) {
 	r, err := engine.Start(ctx, e, CancelAware, 0, engine.StartOptions{ID: id})
 	require.NoError(t, err)
 	require.NoError(t, engine.Signal(ctx, e, id, "go", 1))
-	h := holdFor(id)
-	select {
-	case <-h.reached:
-	case <-ctx.Done():
-		t.Fatal("the workflow did not take the signal")
-	}
+	h := awaitHold(ctx, t, id, "the workflow did not take the signal")
 	require.NoError(t, e.Cancel(ctx, id, "stop"))
 	close(h.release)
 	_, err = r.Result(ctx)

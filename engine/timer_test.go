@@ -23,6 +23,18 @@ func SleepHour(ctx workflow.Context, _ int) (time.Time, error) {
 	return workflow.Now(ctx), nil
 }
 
+// awaitScheduled waits until run's history holds its first
+// activity_scheduled: an activity may start, running ahead, before its
+// schedule commits.
+func awaitScheduled[Out any](ctx context.Context, t *testing.T, r *engine.Run[Out]) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		events, err := r.History(ctx)
+		require.NoError(t, err)
+		return countEvents(t, events, "activity_scheduled") == 1
+	}, 10*time.Second, 5*time.Millisecond, "the activity's schedule committed")
+}
+
 func countEvents(t *testing.T, events []history.Event, typ string) int {
 	t.Helper()
 	n := 0

@@ -79,11 +79,7 @@ func TestWaitForCancellationWaitsForTheAttempt(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("the activity did not start")
 			}
-			require.Eventually(t, func() bool {
-				events, err := r.History(ctx)
-				require.NoError(t, err)
-				return countEvents(t, events, "activity_scheduled") == 1
-			}, 10*time.Second, 5*time.Millisecond, "the activity's schedule committed")
+			awaitScheduled(ctx, t, r)
 			require.NoError(t, e.Cancel(ctx, "waits", "stop"))
 			cleaned, err := r.Result(ctx)
 			require.NoError(t, err)
@@ -115,11 +111,7 @@ func TestWaitForCancellationOfAnActivityNotRunning(t *testing.T) {
 	ctx := resultCtx(t)
 	r, err := engine.Start(ctx, e, CancelsUnstarted, 0, engine.StartOptions{ID: "unstarted"})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		events, err := r.History(ctx)
-		require.NoError(t, err)
-		return countEvents(t, events, "activity_scheduled") == 1
-	}, 10*time.Second, 5*time.Millisecond, "the activity is scheduled")
+	awaitScheduled(ctx, t, r)
 	require.NoError(t, e.Cancel(ctx, "unstarted", "stop"))
 	got, err := r.Result(ctx)
 	require.NoError(t, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -150,10 +149,7 @@ func (a *app) activityControl(cmd *cobra.Command, t activityTarget, done string,
 	if err != nil {
 		return err
 	}
-	e, err := engine.New(s.Pool(), engine.Options{
-		SkipMigrate: true,
-		Logger:      slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	e, err := a.clientEngine(s)
 	if err != nil {
 		return err
 	}

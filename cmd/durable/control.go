@@ -189,6 +189,15 @@ func defaultReason() string {
 	return "by " + name + " from the durable CLI"
 }
 
+// clientEngine returns an engine on s's pool that runs no workers and
+// migrates nothing, logging warnings to stderr: the CLI's client.
+func (a *app) clientEngine(s *postgres.Store) (*engine.Engine, error) {
+	return engine.New(s.Pool(), engine.Options{
+		SkipMigrate: true,
+		Logger:      slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+}
+
 // control connects, runs fn on an engine that runs no workers, and prints
 // what was done: done for --json, msg for people.
 func (a *app) control(cmd *cobra.Command, workflowID, done string, fn func(context.Context, *engine.Engine) error, msg string) error {
@@ -197,10 +206,7 @@ func (a *app) control(cmd *cobra.Command, workflowID, done string, fn func(conte
 	if err != nil {
 		return err
 	}
-	e, err := engine.New(s.Pool(), engine.Options{
-		SkipMigrate: true,
-		Logger:      slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	e, err := a.clientEngine(s)
 	if err != nil {
 		return err
 	}

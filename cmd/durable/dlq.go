@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -354,10 +353,7 @@ nothing done.`,
 					}
 				}
 			}
-			e, err := engine.New(s.Pool(), engine.Options{
-				SkipMigrate: true,
-				Logger:      slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-			})
+			e, err := a.clientEngine(s)
 			if err != nil {
 				return err
 			}
