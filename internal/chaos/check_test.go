@@ -654,3 +654,26 @@ func TestCheckDrainCountsEverySignal(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkerLogsTellReusedPIDsApart: the operating system reuses a killed
+// worker's pid, for a worker of another slot too. Read as one process, the
+// two had a first line after their last, so no outage fell in between and
+// the log-volume check found a flood where there was none (a 30-minute run
+// of 2026-12-03).
+func TestWorkerLogsTellReusedPIDsApart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	line := func(at string) string {
+		return `{"time":"2026-12-03T` + at + `Z","level":"WARN","msg":"database unreachable; background work retries with backoff until it answers (retries are logged at Debug)","pid":42}` + "\n"
+	}
+	early, late := filepath.Join(dir, "worker-0.log"), filepath.Join(dir, "worker-1.log")
+	require.NoError(t, os.WriteFile(early, []byte(line("15:14:59.3")+line("15:15:01.2")), 0o600))
+	require.NoError(t, os.WriteFile(late, []byte(line("15:03:29.2")+line("15:03:46.5")), 0o600))
+	wl, err := readWorkerLogs([]string{early, late})
+	require.NoError(t, err)
+	require.Len(t, wl.procs, 2, "two processes with one pid")
+	for k, p := range wl.procs {
+		require.Equal(t, 42, k.pid)
+		require.False(t, p.last.Before(p.first), "file %d: first %s, last %s", k.file, p.first, p.last)
+	}
+}

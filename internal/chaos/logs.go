@@ -109,8 +109,10 @@ type workerLogs struct {
 	// droppedAhead are the attempts that ran ahead of their schedule,
 	// which did not commit, by (pid, idempotency key, attempt).
 	droppedAhead map[keyAttempt]bool
-	// procs describes each worker process by pid.
-	procs map[int]*procLog
+	// procs describes each worker process by its log file and pid: the
+	// operating system reuses the pids of killed processes, in other slots
+	// too.
+	procs map[procKey]*procLog
 	// errors are the Error lines not caused by a database fault;
 	// dbErrors counts those that were (the database went away or killed
 	// the connection), with one example.
@@ -124,6 +126,9 @@ type workerLogs struct {
 	deadlocks, starved int
 	starvedExample     string
 }
+
+// procKey names a worker process: its log file (one per slot) and pid.
+type procKey struct{ file, pid int }
 
 // procLog is what one worker process logged.
 type procLog struct {
@@ -153,11 +158,11 @@ func readWorkerLogs(paths []string) (*workerLogs, error) {
 	wl := &workerLogs{
 		stale: map[string]int{}, lostByTask: map[taskAttempt]string{}, lostByKey: map[keyAttempt]string{},
 		droppedAhead: map[keyAttempt]bool{},
-		procs:        map[int]*procLog{},
+		procs:        map[procKey]*procLog{},
 	}
 	staleByPID := map[int]int{}
 	metricByPID := map[int]int{}
-	for _, p := range paths {
+	for file, p := range paths {
 		f, err := os.Open(p)
 		if err != nil {
 			return nil, fmt.Errorf("read worker log: %w", err)
@@ -186,10 +191,10 @@ func readWorkerLogs(paths []string) (*workerLogs, error) {
 					wl.lostByKey[keyAttempt{l.PID, k, l.Attempt}] = why
 				}
 			}
-			p := wl.procs[l.PID]
+			p := wl.procs[procKey{file, l.PID}]
 			if p == nil {
 				p = &procLog{first: l.Time}
-				wl.procs[l.PID] = p
+				wl.procs[procKey{file, l.PID}] = p
 			}
 			p.last = l.Time
 			if isRetryLine(l) {

@@ -506,7 +506,8 @@ func (r *rig) report(ctx context.Context, began time.Time) (*Report, error) {
 		WrongKeyAccepted: int(r.wrongKeyAccepted.Load()), WrongKeyRefusalExample: r.wrongKeyExample,
 		SpinRuns: int(r.spins.Load()), SpinDeadlocksSeen: int(r.spinDeadlocks.Load()), SpinsTerminated: int(r.spinsTerminated.Load()),
 	}
-	for pid, p := range wl.procs {
+	for k, p := range wl.procs {
+		pid := k.pid
 		rep.RetryLogLines += p.retries
 		// A process should log about one line per outage it lived through
 		// (a killed connection is a short outage), not one per retry.
