@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/durable-go/durable/internal/store"
@@ -19,29 +18,4 @@ func checkReason(reason string) (string, error) {
 		return "", fmt.Errorf("reason is %d bytes, the limit is %d: shorten it", len(reason), maxReasonLen)
 	}
 	return store.EscapeText(reason), nil
-}
-
-// The Postgres store escapes the texts it writes (store.EscapeText): the
-// failures and reasons in events, activity errors, terminate reasons. Two
-// of its writes take texts as they are, and get them escaped here: a
-// commit's closing failure, which it also writes to the run and to a dead
-// letter, and a failed workflow task's error.
-
-// CommitWorkflowTask escapes the failure that closes the run, if any, then
-// commits. in, which the engine keeps, is not changed.
-func (s pgStorage) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowTaskParams) (store.Ready, error) {
-	if c := in.Close; c != nil && c.Failure != nil {
-		f := store.EscapeFailure(*c.Failure)
-		closed := *c
-		closed.Failure = &f
-		in.Close = &closed
-	}
-	return s.Store.CommitWorkflowTask(ctx, in)
-}
-
-// FailWorkflowTask escapes the task's error (a panic value may hold a NUL
-// byte), then records it.
-func (s pgStorage) FailWorkflowTask(ctx context.Context, in store.FailWorkflowTaskParams) error {
-	in.Error = store.EscapeText(in.Error)
-	return s.Store.FailWorkflowTask(ctx, in)
 }

@@ -410,12 +410,15 @@ func (s *Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowT
 			args["result"] = string(c.Result)
 		}
 		if c.Failure != nil {
-			b, err := json.Marshal(c.Failure)
+			// Escaped as every text the store writes: it goes to the run
+			// and to a dead letter as well as to the closing event.
+			f := store.EscapeFailure(*c.Failure)
+			b, err := json.Marshal(f)
 			if err != nil {
 				return ready, fmt.Errorf("commit workflow task of run %s: encode failure: %w", in.RunID, err)
 			}
 			args["failure"] = string(b)
-			args["fail_message"], args["fail_class"] = c.Failure.Message, c.Failure.Class
+			args["fail_message"], args["fail_class"] = f.Message, f.Class
 		}
 	}
 	activityArgs(args, in.Activities)
@@ -529,7 +532,7 @@ WHERE run_id = @run_id AND token = @token`
 // FailWorkflowTask implements store.Store.
 func (s *Store) FailWorkflowTask(ctx context.Context, in store.FailWorkflowTaskParams) error {
 	tag, err := s.exec(ctx, failWorkflowTaskSQL, namedArgs{
-		"run_id": in.RunID, "token": in.Token, "run_after": in.RunAfter, "error": in.Error,
+		"run_id": in.RunID, "token": in.Token, "run_after": in.RunAfter, "error": store.EscapeText(in.Error),
 	})
 	if err != nil {
 		return fmt.Errorf("fail workflow task of run %s: %w", in.RunID, err)
