@@ -32,13 +32,7 @@ func TestActivityComplete(t *testing.T) {
 	}
 	require.NoError(t, engine.RegisterWorkflow(e, wf, engine.WorkflowOptions{Name: "Expense"}))
 	require.NoError(t, engine.RegisterActivity(e, requestApproval, activity.Options{Name: "RequestApproval"}))
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		require.NoError(t, <-done)
-	})
+	runEngine(t, e)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 

@@ -42,14 +42,7 @@ func controlSetup(t *testing.T) controlFixture {
 	require.NoError(t, engine.RegisterWorkflow(e, AwaitApproval, engine.WorkflowOptions{}))
 	require.NoError(t, engine.RegisterWorkflow(e, Nap, engine.WorkflowOptions{}))
 
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(runCtx) }()
-	// Registered after the pool's cleanup, so it runs before it.
-	t.Cleanup(func() {
-		stop()
-		require.NoError(t, <-done)
-	})
+	runEngine(t, e)
 
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -332,4 +325,17 @@ func TestWorkflowControlDatabaseErrors(t *testing.T) {
 			require.Empty(t, r.stdout)
 		})
 	}
+}
+
+// runEngine runs e until the test ends. Registered after the pool's
+// cleanup, its own runs first.
+func runEngine(t *testing.T, e *engine.Engine) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-done)
+	})
 }

@@ -423,13 +423,6 @@ func startWorker(t *testing.T, db string) *engine.Engine {
 	require.NoError(t, engine.RegisterActivity(e, Hello, activity.Options{}))
 	require.NoError(t, engine.RegisterActivity(e, Ship, activity.Options{}))
 
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(runCtx) }()
-	// Registered after the pool's cleanup, so it runs before it.
-	t.Cleanup(func() {
-		stop()
-		require.NoError(t, <-done)
-	})
+	runEngine(t, e)
 	return e
 }
