@@ -234,17 +234,17 @@ func (e *Engine) byID(ctx context.Context, workflowID string, seq int64) (tokenF
 // token of an attempt that started before its schedule committed (no task
 // ID: runahead.go) may arrive first: its task is waited for, up to
 // scheduleWait.
-func (e *Engine) waiting(ctx context.Context, s storage, f tokenFields) (postgres.PendingActivity, error) {
+func (e *Engine) waiting(ctx context.Context, s storage, f tokenFields) (store.PendingActivity, error) {
 	if err := e.needDB(); err != nil {
-		return postgres.PendingActivity{}, err
+		return store.PendingActivity{}, err
 	}
 	deadline := time.Now().Add(scheduleWait)
 	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
 		acts, err := s.ListPendingActivities(ctx, f.RunID)
 		if err != nil {
-			return postgres.PendingActivity{}, err
+			return store.PendingActivity{}, err
 		}
-		i := slices.IndexFunc(acts, func(a postgres.PendingActivity) bool { return a.Seq == f.Seq })
+		i := slices.IndexFunc(acts, func(a store.PendingActivity) bool { return a.Seq == f.Seq })
 		if i >= 0 {
 			if a := acts[i]; a.Attempts == f.Attempt && a.LockedBy != "" && (f.TaskID == 0 || a.TaskID == f.TaskID) {
 				return a, nil
@@ -258,10 +258,10 @@ func (e *Engine) waiting(ctx context.Context, s storage, f tokenFields) (postgre
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return postgres.PendingActivity{}, context.Cause(ctx)
+			return store.PendingActivity{}, context.Cause(ctx)
 		}
 	}
-	return postgres.PendingActivity{}, fmt.Errorf("activity %d of run %s, attempt %d: %w", f.Seq, f.RunID, f.Attempt, ErrActivityNotFound)
+	return store.PendingActivity{}, fmt.Errorf("activity %d of run %s, attempt %d: %w", f.Seq, f.RunID, f.Attempt, ErrActivityNotFound)
 }
 
 // scheduleWait is how long a completion waits for the schedule of an

@@ -17,7 +17,6 @@ import (
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/syncbuf"
-	"github.com/durable-go/durable/timer"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -36,7 +35,7 @@ func (w *clockWatch) NextTimerSkipping(ctx context.Context, skip []string) (time
 	return at, ok, err
 }
 
-func (w *clockWatch) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (timer.Fired, []store.WorkflowTask, error) {
+func (w *clockWatch) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error) {
 	f, tasks, err := w.storage.FireTimersClaiming(ctx, in)
 	w.fired.Add(int64(f.Count))
 	return f, tasks, err

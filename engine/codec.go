@@ -13,8 +13,6 @@ import (
 	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
-	"github.com/durable-go/durable/internal/store/postgres"
-	"github.com/durable-go/durable/timer"
 )
 
 // codecStorage stands between the engine and the database and passes every
@@ -310,7 +308,7 @@ func (s codecStorage) ResolveActivity(ctx context.Context, in store.ResolveActiv
 	return s.decodeReady(ready), err
 }
 
-func (s codecStorage) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (timer.Fired, []store.WorkflowTask, error) {
+func (s codecStorage) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error) {
 	f, tasks, err := s.storage.FireTimersClaiming(ctx, in) // TimerFired carries no payload: nothing to encode
 	return f, s.decodeReady(store.Ready{WorkflowTasks: tasks}).WorkflowTasks, err
 }
@@ -561,7 +559,7 @@ func (s codecStorage) GetDeadLetter(ctx context.Context, id int64) (store.DeadLe
 	return d, nil
 }
 
-func (s codecStorage) ListPendingActivities(ctx context.Context, runID string) ([]postgres.PendingActivity, error) {
+func (s codecStorage) ListPendingActivities(ctx context.Context, runID string) ([]store.PendingActivity, error) {
 	acts, err := s.storage.ListPendingActivities(ctx, runID)
 	if err != nil {
 		return acts, err

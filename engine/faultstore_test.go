@@ -16,7 +16,6 @@ import (
 
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
-	"github.com/durable-go/durable/timer"
 )
 
 // fate is what the fault injector does to one store call.
@@ -367,9 +366,9 @@ func (s *faultStore) ReleaseActivityTasks(ctx context.Context, in store.ReleaseP
 	return write0(s, "ReleaseActivityTasks", func() error { return s.storage.ReleaseActivityTasks(ctx, in) })
 }
 
-func (s *faultStore) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (timer.Fired, []store.WorkflowTask, error) {
+func (s *faultStore) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error) {
 	type out struct {
-		f     timer.Fired
+		f     store.Fired
 		tasks []store.WorkflowTask
 	}
 	o, err := write(s, "FireTimers", "", func() (out, error) {

@@ -19,7 +19,6 @@ import (
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/syncbuf"
-	"github.com/durable-go/durable/timer"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -133,7 +132,7 @@ func (s *stepCounter) ListEventsOfRuns(ctx context.Context, runIDs []string) (ma
 	return s.storage.ListEventsOfRuns(ctx, runIDs)
 }
 
-func (s *stepCounter) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (timer.Fired, []store.WorkflowTask, error) {
+func (s *stepCounter) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error) {
 	f, tasks, err := s.storage.FireTimersClaiming(ctx, in)
 	s.count(func(n *stepCounts) { n.woken += len(tasks) })
 	return f, tasks, err

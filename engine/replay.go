@@ -9,7 +9,6 @@ import (
 
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
-	"github.com/durable-go/durable/internal/store/postgres"
 	"github.com/durable-go/durable/internal/wfexec"
 	"github.com/durable-go/durable/workflow"
 )
@@ -219,7 +218,7 @@ func (e *Engine) CheckOpenRuns(ctx context.Context, o CheckOptions) (int, error)
 	if o.Limit <= 0 {
 		o.Limit = 1000
 	}
-	runs, err := e.store.ListRuns(ctx, postgres.ListRunsParams{
+	runs, err := e.store.ListRuns(ctx, store.ListRunsParams{
 		Status: store.StatusRunning, WorkflowType: o.WorkflowType, Since: o.Since, Limit: o.Limit,
 	})
 	if err != nil {

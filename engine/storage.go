@@ -10,7 +10,6 @@ import (
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/store/postgres"
-	"github.com/durable-go/durable/timer"
 )
 
 // storage is everything the engine asks of its database: the store seam,
@@ -26,7 +25,7 @@ type storage interface {
 	// FireTimersClaiming fires due timers, up to in.Limit, and claims the
 	// workflow tasks it makes as in.ClaimAs asks (the scanner's store is
 	// timerFirer, which calls these two).
-	FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (timer.Fired, []store.WorkflowTask, error)
+	FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error)
 	// NextTimerSkipping returns the earliest fire time of any timer of a
 	// run not in skip, or ok false.
 	NextTimerSkipping(ctx context.Context, skip []string) (at time.Time, ok bool, err error)
@@ -35,11 +34,11 @@ type storage interface {
 	// StartGroupCommit commits concurrent step writes together until stop.
 	StartGroupCommit(flushers, max int) (stop func())
 
-	ListRuns(ctx context.Context, in postgres.ListRunsParams) ([]postgres.RunSummary, error)
-	ListPendingActivities(ctx context.Context, runID string) ([]postgres.PendingActivity, error)
-	ListPendingTimers(ctx context.Context, runID string) ([]postgres.PendingTimer, error)
-	QueueStats(ctx context.Context, now time.Time) ([]postgres.QueueStats, error)
-	DeadLetterStats(ctx context.Context) ([]postgres.DeadLetterStats, error)
+	ListRuns(ctx context.Context, in store.ListRunsParams) ([]store.RunSummary, error)
+	ListPendingActivities(ctx context.Context, runID string) ([]store.PendingActivity, error)
+	ListPendingTimers(ctx context.Context, runID string) ([]store.PendingTimer, error)
+	QueueStats(ctx context.Context, now time.Time) ([]store.QueueStats, error)
+	DeadLetterStats(ctx context.Context) ([]store.DeadLetterStats, error)
 }
 
 // pgStorage is the Postgres store as the engine's storage.

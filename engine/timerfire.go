@@ -13,7 +13,6 @@ import (
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/wfexec"
-	"github.com/durable-go/durable/timer"
 )
 
 // Timers come due two ways.
@@ -168,7 +167,7 @@ type nextTimer struct {
 }
 
 // FireTimers implements timer.Store.
-func (f *timerFirer) FireTimers(ctx context.Context, now time.Time, limit int) (timer.Fired, error) {
+func (f *timerFirer) FireTimers(ctx context.Context, now time.Time, limit int) (store.Fired, error) {
 	e := f.e
 	f.peeked = nil
 	// At the database's precision, as the events' times will read back.
@@ -181,7 +180,7 @@ func (f *timerFirer) FireTimers(ctx context.Context, now time.Time, limit int) (
 	// woken; a look at the earliest other timer costs a tenth of a fire.
 	if at, ok, err := e.store.NextTimerSkipping(ctx, in.Skip); err == nil && (!ok || at.After(now)) {
 		f.peeked = &nextTimer{at: at, ok: ok}
-		return timer.Fired{}, nil
+		return store.Fired{}, nil
 	}
 	reserved := map[string]*workerPool[store.WorkflowTask]{}
 	if ps := e.pools.Load(); ps != nil {
@@ -260,7 +259,7 @@ func (f *timerFirer) runWake(ctx context.Context, j wakeJob, _ *slot) *wakeJob {
 	woke := e.wakeCached(ctx, j.x, j.task, j.w.seq)
 	later := e.wakes.end(j.w.runID)
 	if woke {
-		e.observeFire(ctx, timer.FiredTimer{RunID: j.w.runID, Seq: j.w.seq, Lag: j.lag, TraceContext: j.task.TraceContext})
+		e.observeFire(ctx, store.FiredTimer{RunID: j.w.runID, Seq: j.w.seq, Lag: j.lag, TraceContext: j.task.TraceContext})
 		e.wakes.push(later) // the run is back in the cache for them
 	}
 	// The scanner skipped the run's timers while it was woken: this one if
@@ -271,7 +270,7 @@ func (f *timerFirer) runWake(ctx context.Context, j wakeJob, _ *slot) *wakeJob {
 }
 
 // observeFire records a fired timer: its lag, and a span in its run's trace.
-func (e *Engine) observeFire(ctx context.Context, t timer.FiredTimer) {
+func (e *Engine) observeFire(ctx context.Context, t store.FiredTimer) {
 	e.metrics.timerLag.Observe(t.Lag.Seconds())
 	_, span := e.startSpan(ctx, t.TraceContext, "durable.timer_fire",
 		attribute.String("durable.run.id", t.RunID), attribute.Int64("durable.timer.seq", t.Seq),

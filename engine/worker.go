@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/internal/store"
-	"github.com/durable-go/durable/timer"
+	"github.com/durable-go/durable/internal/timer"
 )
 
 // Run runs this engine's workers until ctx is done: for each queue it
@@ -78,7 +78,7 @@ func (e *Engine) Run(ctx context.Context) error {
 				e.hub.db.ok(ctx, "fire timers")
 			}
 		},
-		OnFire: func(f timer.Fired) {
+		OnFire: func(f store.Fired) {
 			e.announce(store.Ready{WorkflowQueues: f.Queues})
 			for _, t := range f.Timers {
 				e.observeFire(ctx, t)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/store/postgres"
 )
 
@@ -120,7 +121,7 @@ behind: then run 'durable migrate'.`,
 			}
 			out := statusOutput{Current: current, Needed: postgres.SchemaVersion(), Migrations: []migrationStatus{}}
 			out.UpToDate = out.Current >= out.Needed
-			byVersion := map[int]postgres.AppliedMigration{}
+			byVersion := map[int]store.AppliedMigration{}
 			for _, m := range applied {
 				byVersion[m.Version] = m
 			}

@@ -9,9 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/durable-go/durable/internal/store"
 	"github.com/spf13/cobra"
-
-	"github.com/durable-go/durable/internal/store/postgres"
 )
 
 // statsOutput is the --json form of stats. Ages and durations are in
@@ -125,7 +124,7 @@ It only reads. --json prints ages and durations in seconds.`,
 			if err != nil {
 				return err
 			}
-			acts, err := s.ActivityStats(ctx, postgres.ActivityStatsParams{Since: now.Add(-win), Limit: maxOutcomes})
+			acts, err := s.ActivityStats(ctx, store.ActivityStatsParams{Since: now.Add(-win), Limit: maxOutcomes})
 			if err != nil {
 				return err
 			}
@@ -158,7 +157,7 @@ func parseWindow(s string) (time.Duration, error) {
 	return 0, usageError("--window %q: want a positive duration (90m, 24h, 7d)", s)
 }
 
-func statsOut(now time.Time, win time.Duration, queues []postgres.QueueStats, dead []postgres.DeadLetterStats, acts postgres.ActivityReport) statsOutput {
+func statsOut(now time.Time, win time.Duration, queues []store.QueueStats, dead []store.DeadLetterStats, acts store.ActivityReport) statsOutput {
 	age := func(t *time.Time) *float64 {
 		if t == nil {
 			return nil
@@ -166,7 +165,7 @@ func statsOut(now time.Time, win time.Duration, queues []postgres.QueueStats, de
 		s := max(now.Sub(*t), 0).Seconds()
 		return &s
 	}
-	tasks := func(t postgres.TaskStats) taskStatsOutput {
+	tasks := func(t store.TaskStats) taskStatsOutput {
 		return taskStatsOutput{
 			Ready: t.Ready, Running: t.Running, Waiting: t.Waiting,
 			OldestReadyAt: t.OldestReady, OldestReadyAgeSeconds: age(t.OldestReady),

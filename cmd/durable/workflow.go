@@ -37,7 +37,7 @@ a workflow ID show its newest run, or the run that --run names.`)
 
 func (a *app) workflowListCommand() *cobra.Command {
 	var (
-		in    postgres.ListRunsParams
+		in    store.ListRunsParams
 		since string
 	)
 	cmd := &cobra.Command{
@@ -76,7 +76,7 @@ local time) or a duration back from now (90m, 24h, 7d).`,
 			}
 			if a.json {
 				if runs == nil {
-					runs = []postgres.RunSummary{}
+					runs = []store.RunSummary{}
 				}
 				return writeJSON(cmd.OutOrStdout(), runs)
 			}
@@ -162,21 +162,21 @@ func findRun(ctx context.Context, s *postgres.Store, workflowID, runID string) (
 
 // describeOutput is the --json form of describe.
 type describeOutput struct {
-	WorkflowID        string                     `json:"workflow_id"`
-	RunID             string                     `json:"run_id"`
-	WorkflowType      string                     `json:"workflow_type"`
-	Queue             string                     `json:"queue"`
-	Status            string                     `json:"status"`
-	CreatedAt         time.Time                  `json:"created_at"`
-	UpdatedAt         time.Time                  `json:"updated_at"`
-	ClosedAt          *time.Time                 `json:"closed_at"`
-	LastEventID       int64                      `json:"last_event_id"`
-	Failure           *history.Failure           `json:"failure,omitempty"`
-	TaskError         string                     `json:"task_error,omitempty"`
-	TaskAttempts      int                        `json:"task_attempts,omitempty"`
-	StartAt           *time.Time                 `json:"start_at,omitempty"` // a delayed start's, until its code runs
-	PendingActivities []postgres.PendingActivity `json:"pending_activities"`
-	PendingTimers     []postgres.PendingTimer    `json:"pending_timers"`
+	WorkflowID        string                  `json:"workflow_id"`
+	RunID             string                  `json:"run_id"`
+	WorkflowType      string                  `json:"workflow_type"`
+	Queue             string                  `json:"queue"`
+	Status            string                  `json:"status"`
+	CreatedAt         time.Time               `json:"created_at"`
+	UpdatedAt         time.Time               `json:"updated_at"`
+	ClosedAt          *time.Time              `json:"closed_at"`
+	LastEventID       int64                   `json:"last_event_id"`
+	Failure           *history.Failure        `json:"failure,omitempty"`
+	TaskError         string                  `json:"task_error,omitempty"`
+	TaskAttempts      int                     `json:"task_attempts,omitempty"`
+	StartAt           *time.Time              `json:"start_at,omitempty"` // a delayed start's, until its code runs
+	PendingActivities []store.PendingActivity `json:"pending_activities"`
+	PendingTimers     []store.PendingTimer    `json:"pending_timers"`
 	// Input and Result are payloads: set only with --payloads.
 	Input  json.RawMessage `json:"input,omitempty"`
 	Result json.RawMessage `json:"result,omitempty"`
@@ -222,8 +222,8 @@ personal data: they are printed only with --payloads.`,
 				WorkflowID: r.WorkflowID, RunID: r.RunID, WorkflowType: r.WorkflowType, Queue: r.Queue,
 				Status: r.Status, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, ClosedAt: r.ClosedAt,
 				LastEventID: r.LastEventID, Failure: r.Failure, TaskError: r.TaskError,
-				PendingActivities: append([]postgres.PendingActivity{}, acts...),
-				PendingTimers:     append([]postgres.PendingTimer{}, timers...),
+				PendingActivities: append([]store.PendingActivity{}, acts...),
+				PendingTimers:     append([]store.PendingTimer{}, timers...),
 			}
 			if r.TaskError != "" {
 				out.TaskAttempts = r.TaskAttempts
@@ -327,7 +327,7 @@ func printDescribe(w io.Writer, d describeOutput, payloads bool, now time.Time) 
 
 // activityState says what a pending activity is doing, and when it next
 // may run (or when its running attempt's lease ends).
-func activityState(act postgres.PendingActivity, now time.Time) (state, next string) {
+func activityState(act store.PendingActivity, now time.Time) (state, next string) {
 	at := func(t time.Time) string { return formatTime(t) + " (" + relative(t, now) + ")" }
 	switch {
 	case act.LockedBy != "" && act.LockedUntil != nil && act.LockedUntil.After(now):

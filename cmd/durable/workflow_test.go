@@ -16,6 +16,7 @@ import (
 	"github.com/durable-go/durable/engine"
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/store/postgres"
 	"github.com/durable-go/durable/workflow"
 )
@@ -172,7 +173,7 @@ func TestWorkflowCommands(t *testing.T) {
 				t.Parallel()
 				r := durable(t, f.db, append([]string{"--json", "workflow", "list"}, tt.args...)...)
 				requireCode(t, exitOK, r)
-				var runs []postgres.RunSummary
+				var runs []store.RunSummary
 				require.NoError(t, json.Unmarshal([]byte(r.stdout), &runs), r.stdout)
 				require.NotNil(t, runs, "an empty list is [], not null")
 				var got []string

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -18,31 +17,6 @@ import (
 // The reads in this file serve operators (the durable command), not the
 // engine: they are Postgres-specific and not part of store.Store.
 
-// RunSummary is one row of ListRuns: a run without its payloads.
-type RunSummary struct {
-	RunID        string     `json:"run_id"`
-	WorkflowID   string     `json:"workflow_id"`
-	WorkflowType string     `json:"workflow_type"`
-	Queue        string     `json:"queue"`
-	Status       string     `json:"status"`
-	CreatedAt    time.Time  `json:"created_at"`
-	ClosedAt     *time.Time `json:"closed_at"`
-}
-
-// ListRunsParams filter ListRuns. A zero field does not filter.
-type ListRunsParams struct {
-	// Status keeps runs with this status ("running", "completed", ...).
-	Status string
-	// WorkflowType keeps runs of this workflow type.
-	WorkflowType string
-	// WorkflowID keeps the runs of this workflow ID.
-	WorkflowID string
-	// Since keeps runs created at or after it.
-	Since time.Time
-	// Limit is the most runs returned. Default 100.
-	Limit int
-}
-
 const listRunsSQL = `
 SELECT run_id::text, workflow_id, workflow_type, queue, status, created_at, closed_at
 FROM durable_runs
@@ -54,7 +28,7 @@ ORDER BY created_at DESC, run_id DESC
 LIMIT @limit`
 
 // ListRuns returns the runs that match in, newest first.
-func (s *Store) ListRuns(ctx context.Context, in ListRunsParams) ([]RunSummary, error) {
+func (s *Store) ListRuns(ctx context.Context, in store.ListRunsParams) ([]store.RunSummary, error) {
 	if in.Limit <= 0 {
 		in.Limit = 100
 	}
@@ -68,8 +42,8 @@ func (s *Store) ListRuns(ctx context.Context, in ListRunsParams) ([]RunSummary, 
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
-	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunSummary, error) {
-		var r RunSummary
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.RunSummary, error) {
+		var r store.RunSummary
 		err := row.Scan(&r.RunID, &r.WorkflowID, &r.WorkflowType, &r.Queue, &r.Status, &r.CreatedAt, &r.ClosedAt)
 		return r, err
 	})
@@ -77,42 +51,6 @@ func (s *Store) ListRuns(ctx context.Context, in ListRunsParams) ([]RunSummary, 
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	return runs, nil
-}
-
-// PendingActivity is an activity of a run that has not finished: waiting for
-// its first attempt, running, or waiting to be retried.
-type PendingActivity struct {
-	// TaskID identifies the activity task.
-	TaskID int64 `json:"task_id"`
-	// Seq is the activity's command sequence number in its run.
-	Seq      int64  `json:"seq"`
-	Activity string `json:"activity"`
-	Queue    string `json:"queue"`
-	// Attempts is how many attempts were started so far; 0 before the first.
-	Attempts int `json:"attempts"`
-	// MaxAttempts is the attempt budget; 0 means unlimited.
-	MaxAttempts int `json:"max_attempts"`
-	// LastError is the error of the last failed attempt, or empty.
-	LastError string `json:"last_error,omitempty"`
-	// RunAfter is when the next attempt may start. While an attempt runs it
-	// is the end of that attempt's lease.
-	RunAfter time.Time `json:"run_after"`
-	// LockedBy names the worker running an attempt, or is empty.
-	LockedBy string `json:"locked_by,omitempty"`
-	// LockedUntil is when the running attempt's lease ends, if one runs.
-	LockedUntil *time.Time `json:"locked_until,omitempty"`
-	// Input is the activity's input: a payload, which people see only when
-	// they ask for it.
-	Input json.RawMessage `json:"input,omitempty"`
-	// Heartbeat is the details of the last heartbeat, from this attempt or
-	// an earlier one, or nil.
-	Heartbeat json.RawMessage `json:"heartbeat,omitempty"`
-	// Options, RateLimited and ScheduledAt are the task's, for the engine
-	// to decide a retry of an attempt failed from elsewhere
-	// (engine.FailActivity).
-	Options     json.RawMessage `json:"-"`
-	RateLimited int             `json:"-"`
-	ScheduledAt time.Time       `json:"-"`
 }
 
 const listPendingActivitiesSQL = `
@@ -124,13 +62,13 @@ ORDER BY seq, id`
 
 // ListPendingActivities returns the run's unfinished activities in the order
 // they were scheduled. An unknown run has none.
-func (s *Store) ListPendingActivities(ctx context.Context, runID string) ([]PendingActivity, error) {
+func (s *Store) ListPendingActivities(ctx context.Context, runID string) ([]store.PendingActivity, error) {
 	rows, err := s.db.Query(ctx, listPendingActivitiesSQL, namedArgs{"run_id": runID})
 	if err != nil {
 		return nil, fmt.Errorf("list pending activities of run %s: %w", runID, err)
 	}
-	acts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (PendingActivity, error) {
-		var a PendingActivity
+	acts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.PendingActivity, error) {
+		var a store.PendingActivity
 		err := row.Scan(&a.TaskID, &a.Seq, &a.Activity, &a.Queue, &a.Attempts, &a.MaxAttempts, &a.LastError,
 			&a.RunAfter, &a.LockedBy, &a.LockedUntil, &a.Input, &a.Heartbeat, (*[]byte)(&a.Options), &a.RateLimited, &a.ScheduledAt)
 		return a, err
@@ -141,13 +79,6 @@ func (s *Store) ListPendingActivities(ctx context.Context, runID string) ([]Pend
 	return acts, nil
 }
 
-// PendingTimer is a durable timer of a run that has not fired.
-type PendingTimer struct {
-	// Seq is the timer's command sequence number in its run.
-	Seq    int64     `json:"seq"`
-	FireAt time.Time `json:"fire_at"`
-}
-
 const listPendingTimersSQL = `
 SELECT seq, fire_at
 FROM durable_timers
@@ -156,23 +87,16 @@ ORDER BY fire_at, seq`
 
 // ListPendingTimers returns the run's timers that have not fired, earliest
 // first. An unknown run has none.
-func (s *Store) ListPendingTimers(ctx context.Context, runID string) ([]PendingTimer, error) {
+func (s *Store) ListPendingTimers(ctx context.Context, runID string) ([]store.PendingTimer, error) {
 	rows, err := s.db.Query(ctx, listPendingTimersSQL, namedArgs{"run_id": runID})
 	if err != nil {
 		return nil, fmt.Errorf("list pending timers of run %s: %w", runID, err)
 	}
-	timers, err := pgx.CollectRows(rows, pgx.RowToStructByPos[PendingTimer])
+	timers, err := pgx.CollectRows(rows, pgx.RowToStructByPos[store.PendingTimer])
 	if err != nil {
 		return nil, fmt.Errorf("list pending timers of run %s: %w", runID, err)
 	}
 	return timers, nil
-}
-
-// AppliedMigration is a row of durable_schema_migrations.
-type AppliedMigration struct {
-	Version   int       `json:"version"`
-	Name      string    `json:"name"`
-	AppliedAt time.Time `json:"applied_at"`
 }
 
 const listAppliedMigrationsSQL = `
@@ -182,11 +106,11 @@ ORDER BY version`
 
 // ListAppliedMigrations returns the migrations applied to the database, in
 // version order; none for a database that was never migrated.
-func (s *Store) ListAppliedMigrations(ctx context.Context) ([]AppliedMigration, error) {
+func (s *Store) ListAppliedMigrations(ctx context.Context) ([]store.AppliedMigration, error) {
 	rows, err := s.db.Query(ctx, listAppliedMigrationsSQL)
 	if err == nil {
-		var ms []AppliedMigration
-		ms, err = pgx.CollectRows(rows, pgx.RowToStructByPos[AppliedMigration])
+		var ms []store.AppliedMigration
+		ms, err = pgx.CollectRows(rows, pgx.RowToStructByPos[store.AppliedMigration])
 		if err == nil {
 			return ms, nil
 		}
@@ -254,32 +178,6 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return now, nil
 }
 
-// TaskStats counts one queue's workflow or activity tasks at a moment.
-type TaskStats struct {
-	// Ready tasks may be claimed: their run_after has passed. A task whose
-	// lease ran out is ready again.
-	Ready int
-	// Running tasks are claimed and their lease holds.
-	Running int
-	// Waiting tasks are due later and not running: delayed jobs, activities
-	// waiting to retry.
-	Waiting int
-	// OldestReady is when the longest-waiting ready task became ready, or
-	// nil if none is ready.
-	OldestReady *time.Time
-}
-
-// QueueStats is the work of one queue at a moment.
-type QueueStats struct {
-	Queue         string
-	WorkflowTasks TaskStats
-	ActivityTasks TaskStats
-	// Timers counts the queue's runs' timers that have not fired.
-	Timers int
-	// NextTimer is when the earliest of them fires, or nil.
-	NextTimer *time.Time
-}
-
 // queueStatsSQL counts tasks and timers per queue. A claim moves run_after
 // to the end of its lease, so run_after <= now alone means ready.
 const queueStatsSQL = `
@@ -316,13 +214,13 @@ ORDER BY q.queue`
 
 // QueueStats returns, for every queue with tasks or timers, in name order,
 // its ready, running and waiting tasks and pending timers as of now.
-func (s *Store) QueueStats(ctx context.Context, now time.Time) ([]QueueStats, error) {
+func (s *Store) QueueStats(ctx context.Context, now time.Time) ([]store.QueueStats, error) {
 	rows, err := s.db.Query(ctx, queueStatsSQL, namedArgs{"now": now})
 	if err != nil {
 		return nil, fmt.Errorf("queue stats: %w", err)
 	}
-	qs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (QueueStats, error) {
-		var q QueueStats
+	qs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.QueueStats, error) {
+		var q store.QueueStats
 		w, a := &q.WorkflowTasks, &q.ActivityTasks
 		err := row.Scan(&q.Queue, &w.Ready, &w.Running, &w.Waiting, &w.OldestReady,
 			&a.Ready, &a.Running, &a.Waiting, &a.OldestReady, &q.Timers, &q.NextTimer)
@@ -334,15 +232,6 @@ func (s *Store) QueueStats(ctx context.Context, now time.Time) ([]QueueStats, er
 	return qs, nil
 }
 
-// DeadLetterStats counts the dead letters of one kind not redriven yet.
-type DeadLetterStats struct {
-	// Kind is store.DeadJob or store.DeadWorkflow.
-	Kind    string
-	Pending int
-	// OldestPending is when the oldest of them was dead-lettered, or nil.
-	OldestPending *time.Time
-}
-
 const deadLetterStatsSQL = `
 SELECT k.kind, count(d.id), min(d.dead_lettered_at)
 FROM unnest(@kinds::text[]) AS k(kind)
@@ -352,52 +241,16 @@ ORDER BY k.kind`
 
 // DeadLetterStats returns the pending dead letters of each kind, jobs
 // first; a kind with none has a row all the same.
-func (s *Store) DeadLetterStats(ctx context.Context) ([]DeadLetterStats, error) {
+func (s *Store) DeadLetterStats(ctx context.Context) ([]store.DeadLetterStats, error) {
 	rows, err := s.db.Query(ctx, deadLetterStatsSQL, namedArgs{"kinds": []string{store.DeadJob, store.DeadWorkflow}})
 	if err != nil {
 		return nil, fmt.Errorf("dead letter stats: %w", err)
 	}
-	ds, err := pgx.CollectRows(rows, pgx.RowToStructByPos[DeadLetterStats])
+	ds, err := pgx.CollectRows(rows, pgx.RowToStructByPos[store.DeadLetterStats])
 	if err != nil {
 		return nil, fmt.Errorf("dead letter stats: %w", err)
 	}
 	return ds, nil
-}
-
-// ActivityStats sums up how one activity type's executions in workflows
-// ended over a window. Standalone jobs keep no history, so they are not
-// counted; those that fail for good are dead letters.
-type ActivityStats struct {
-	Activity string
-	// Completed and Failed count the activities that completed, or failed
-	// for good (retries spent, or a permanent error).
-	Completed int
-	Failed    int
-	// Mean, P50 and P95 are the times from scheduled to completed of the
-	// completed ones (retries included); zero when none completed. An
-	// activity redriven with its workflow counts from the redrive.
-	Mean, P50, P95 time.Duration
-}
-
-// ActivityStatsParams choose what ActivityStats reads.
-type ActivityStatsParams struct {
-	// Since starts the window: outcomes at or after it count.
-	Since time.Time
-	// Limit is the most outcomes read, the latest first, so that the cost
-	// of a call does not grow with the window. Default 50,000.
-	Limit int
-}
-
-// ActivityReport is what ActivityStats found.
-type ActivityReport struct {
-	// Activities are the counts per activity type, in name order.
-	Activities []ActivityStats
-	// Capped is true when Limit outcomes were read: older ones in the
-	// window, if any, are not counted.
-	Capped bool
-	// Since is when the outcomes counted start: the window's start, or,
-	// when Capped, the time of the oldest outcome read.
-	Since time.Time
 }
 
 // activityStatsSQL reads the latest @limit activity_completed and
@@ -467,11 +320,11 @@ const activityStatsPlanSQL = `SELECT set_config('enable_bitmapscan', 'off', true
 // the completed ones took; of the latest in.Limit outcomes at most. On a
 // store bound to a caller's transaction (WithTx), the planner settings of
 // activityStatsPlanSQL last until that transaction ends.
-func (s *Store) ActivityStats(ctx context.Context, in ActivityStatsParams) (ActivityReport, error) {
+func (s *Store) ActivityStats(ctx context.Context, in store.ActivityStatsParams) (store.ActivityReport, error) {
 	if in.Limit <= 0 {
 		in.Limit = 50_000
 	}
-	rep := ActivityReport{Since: in.Since}
+	rep := store.ActivityReport{Since: in.Since}
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, activityStatsPlanSQL); err != nil {
 			return err
@@ -483,7 +336,7 @@ func (s *Store) ActivityStats(ctx context.Context, in ActivityStatsParams) (Acti
 		var (
 			read           int
 			oldest         *time.Time
-			a              ActivityStats
+			a              store.ActivityStats
 			name           *string
 			mean, p50, p95 *float64
 		)
@@ -503,7 +356,7 @@ func (s *Store) ActivityStats(ctx context.Context, in ActivityStatsParams) (Acti
 		return nil
 	})
 	if err != nil {
-		return ActivityReport{}, fmt.Errorf("activity stats: %w", err)
+		return store.ActivityReport{}, fmt.Errorf("activity stats: %w", err)
 	}
 	return rep, nil
 }

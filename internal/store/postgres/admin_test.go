@@ -93,19 +93,19 @@ func TestListRuns(t *testing.T) {
 
 	tests := []struct {
 		name string
-		in   postgres.ListRunsParams
+		in   store.ListRunsParams
 		want []string // workflow IDs, newest first
 	}{
-		{"All", postgres.ListRunsParams{}, []string{"mail-1", "order-2", "order-1"}},
-		{"Status", postgres.ListRunsParams{Status: store.StatusRunning}, []string{"mail-1", "order-2"}},
-		{"StatusCompleted", postgres.ListRunsParams{Status: store.StatusCompleted}, []string{"order-1"}},
-		{"StatusNone", postgres.ListRunsParams{Status: "canceled"}, nil},
-		{"Type", postgres.ListRunsParams{WorkflowType: "Order"}, []string{"order-2", "order-1"}},
-		{"WorkflowID", postgres.ListRunsParams{WorkflowID: "order-2"}, []string{"order-2"}},
-		{"TypeAndStatus", postgres.ListRunsParams{WorkflowType: "Order", Status: store.StatusRunning}, []string{"order-2"}},
-		{"Since", postgres.ListRunsParams{Since: b.t0.Add(time.Minute)}, []string{"mail-1", "order-2"}},
-		{"SinceLater", postgres.ListRunsParams{Since: b.t0.Add(time.Hour)}, nil},
-		{"Limit", postgres.ListRunsParams{Limit: 2}, []string{"mail-1", "order-2"}},
+		{"All", store.ListRunsParams{}, []string{"mail-1", "order-2", "order-1"}},
+		{"Status", store.ListRunsParams{Status: store.StatusRunning}, []string{"mail-1", "order-2"}},
+		{"StatusCompleted", store.ListRunsParams{Status: store.StatusCompleted}, []string{"order-1"}},
+		{"StatusNone", store.ListRunsParams{Status: "canceled"}, nil},
+		{"Type", store.ListRunsParams{WorkflowType: "Order"}, []string{"order-2", "order-1"}},
+		{"WorkflowID", store.ListRunsParams{WorkflowID: "order-2"}, []string{"order-2"}},
+		{"TypeAndStatus", store.ListRunsParams{WorkflowType: "Order", Status: store.StatusRunning}, []string{"order-2"}},
+		{"Since", store.ListRunsParams{Since: b.t0.Add(time.Minute)}, []string{"mail-1", "order-2"}},
+		{"SinceLater", store.ListRunsParams{Since: b.t0.Add(time.Hour)}, nil},
+		{"Limit", store.ListRunsParams{Limit: 2}, []string{"mail-1", "order-2"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,7 +122,7 @@ func TestListRuns(t *testing.T) {
 
 	t.Run("Fields", func(t *testing.T) {
 		t.Parallel()
-		runs, err := b.s.ListRuns(b.ctx, postgres.ListRunsParams{WorkflowType: "Order"})
+		runs, err := b.s.ListRuns(b.ctx, store.ListRunsParams{WorkflowType: "Order"})
 		require.NoError(t, err)
 		require.Len(t, runs, 2)
 		closed, open := runs[1], runs[0]
@@ -271,23 +271,23 @@ func TestQueueStats(t *testing.T) {
 	tests := []struct {
 		name string
 		now  time.Time
-		want []postgres.QueueStats
+		want []store.QueueStats
 	}{
 		{
 			// mail-1's workflow task is claimed until t0+11m; order-2's
 			// activity waits to retry at t0+10m30s.
-			"WhileClaimed", b.t0.Add(10 * time.Minute), []postgres.QueueStats{{
+			"WhileClaimed", b.t0.Add(10 * time.Minute), []store.QueueStats{{
 				Queue:         "q",
-				WorkflowTasks: postgres.TaskStats{Running: 1},
-				ActivityTasks: postgres.TaskStats{Waiting: 1},
+				WorkflowTasks: store.TaskStats{Running: 1},
+				ActivityTasks: store.TaskStats{Waiting: 1},
 				Timers:        1, NextTimer: at(70 * time.Minute),
 			}},
 		},
 		{
-			"LeaseRanOut", b.t0.Add(20 * time.Minute), []postgres.QueueStats{{
+			"LeaseRanOut", b.t0.Add(20 * time.Minute), []store.QueueStats{{
 				Queue:         "q",
-				WorkflowTasks: postgres.TaskStats{Ready: 1, OldestReady: at(11 * time.Minute)},
-				ActivityTasks: postgres.TaskStats{Ready: 1, OldestReady: at(10*time.Minute + 30*time.Second)},
+				WorkflowTasks: store.TaskStats{Ready: 1, OldestReady: at(11 * time.Minute)},
+				ActivityTasks: store.TaskStats{Ready: 1, OldestReady: at(10*time.Minute + 30*time.Second)},
 				Timers:        1, NextTimer: at(70 * time.Minute),
 			}},
 		},
@@ -310,7 +310,7 @@ func TestQueueStats(t *testing.T) {
 }
 
 // requireQueueStats compares queue stats, times by instant.
-func requireQueueStats(t *testing.T, want, got []postgres.QueueStats) {
+func requireQueueStats(t *testing.T, want, got []store.QueueStats) {
 	t.Helper()
 	require.Len(t, got, len(want), "%+v", got)
 	sameTime := func(want, got *time.Time, what string) {
@@ -339,7 +339,7 @@ func TestDeadLetterStats(t *testing.T) {
 
 	got, err := b.s.DeadLetterStats(b.ctx)
 	require.NoError(t, err)
-	require.Equal(t, []postgres.DeadLetterStats{{Kind: store.DeadJob}, {Kind: store.DeadWorkflow}}, got, "every kind has a row")
+	require.Equal(t, []store.DeadLetterStats{{Kind: store.DeadJob}, {Kind: store.DeadWorkflow}}, got, "every kind has a row")
 
 	_, err = b.s.Pool().Exec(b.ctx, `
 INSERT INTO durable_dead_letters (kind, type, queue, payload, attempts, last_error, first_failed_at, dead_lettered_at, redriven_at)
@@ -434,11 +434,11 @@ func TestActivityStats(t *testing.T) {
 		}
 	}
 
-	wantA := postgres.ActivityStats{Activity: "A", Completed: 2, Mean: 3 * time.Second, P50: 3 * time.Second, P95: 3900 * time.Millisecond}
-	wantB := postgres.ActivityStats{Activity: "B", Failed: 1}
-	check := func(name string, since time.Time, want ...postgres.ActivityStats) {
+	wantA := store.ActivityStats{Activity: "A", Completed: 2, Mean: 3 * time.Second, P50: 3 * time.Second, P95: 3900 * time.Millisecond}
+	wantB := store.ActivityStats{Activity: "B", Failed: 1}
+	check := func(name string, since time.Time, want ...store.ActivityStats) {
 		t.Helper()
-		rep, err := s.ActivityStats(ctx, postgres.ActivityStatsParams{Since: since})
+		rep, err := s.ActivityStats(ctx, store.ActivityStatsParams{Since: since})
 		require.NoError(t, err)
 		require.False(t, rep.Capped, name)
 		require.Equal(t, since, rep.Since, name)
@@ -455,7 +455,7 @@ func TestActivityStats(t *testing.T) {
 	}
 	check("All", t0, wantA, wantB)
 	check("SinceInclusive", sec(3),
-		postgres.ActivityStats{Activity: "A", Completed: 1, Mean: 4 * time.Second, P50: 4 * time.Second, P95: 4 * time.Second}, wantB)
+		store.ActivityStats{Activity: "A", Completed: 1, Mean: 4 * time.Second, P50: 4 * time.Second, P95: 4 * time.Second}, wantB)
 	check("None", sec(5))
 
 	// The run fails and is redriven: the new run starts with a copy of
@@ -491,7 +491,7 @@ func TestActivityStats(t *testing.T) {
 	})
 	require.NoError(t, err)
 	check("RedrivenCompleted", t0, wantA,
-		postgres.ActivityStats{Activity: "B", Completed: 1, Failed: 1, Mean: 2 * time.Second, P50: 2 * time.Second, P95: 2 * time.Second})
+		store.ActivityStats{Activity: "B", Completed: 1, Failed: 1, Mean: 2 * time.Second, P50: 2 * time.Second, P95: 2 * time.Second})
 }
 
 func TestNow(t *testing.T) {
@@ -544,7 +544,7 @@ func TestActivityStatsWithoutTableStatistics(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	rep, err := s.ActivityStats(ctx, postgres.ActivityStatsParams{Since: t0})
+	rep, err := s.ActivityStats(ctx, store.ActivityStatsParams{Since: t0})
 	require.NoError(t, err, "a plan that reads every event for each outcome takes minutes")
 	require.False(t, rep.Capped)
 	got := rep.Activities
@@ -557,7 +557,7 @@ func TestActivityStatsWithoutTableStatistics(t *testing.T) {
 	require.Equal(t, runs, got[1].Completed)
 
 	// Capped, it counts the latest outcomes and says since when.
-	rep, err = s.ActivityStats(ctx, postgres.ActivityStatsParams{Since: t0, Limit: 1000})
+	rep, err = s.ActivityStats(ctx, store.ActivityStatsParams{Since: t0, Limit: 1000})
 	require.NoError(t, err)
 	require.True(t, rep.Capped)
 	var oldest time.Time
@@ -573,7 +573,7 @@ func TestActivityStatsWithoutTableStatistics(t *testing.T) {
 
 func TestActivityStatsNone(t *testing.T) {
 	t.Parallel()
-	rep, err := postgres.New(pgtest.Pool(t)).ActivityStats(t.Context(), postgres.ActivityStatsParams{Limit: 1})
+	rep, err := postgres.New(pgtest.Pool(t)).ActivityStats(t.Context(), store.ActivityStatsParams{Limit: 1})
 	require.NoError(t, err)
-	require.Equal(t, postgres.ActivityReport{}, rep)
+	require.Equal(t, store.ActivityReport{}, rep)
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
-	"github.com/durable-go/durable/timer"
 )
 
 // fireTimersSQL fires due timers. It locks the timers' runs first, skipping
@@ -78,7 +77,7 @@ SELECT (SELECT count(*) FROM del),
         FROM wt JOIN run ON run.run_id = wt.run_id WHERE wt.claimed), '[]')`
 
 // FireTimers implements timer.Store.
-func (s *Store) FireTimers(ctx context.Context, now time.Time, limit int) (timer.Fired, error) {
+func (s *Store) FireTimers(ctx context.Context, now time.Time, limit int) (store.Fired, error) {
 	f, _, err := s.FireTimersClaiming(ctx, store.FireTimersParams{Now: now, Limit: limit})
 	return f, err
 }
@@ -86,9 +85,9 @@ func (s *Store) FireTimers(ctx context.Context, now time.Time, limit int) (timer
 // FireTimersClaiming fires due timers like FireTimers and claims the
 // workflow tasks it makes as in.ClaimAs asks, returning them with the
 // TimerFired events the fire appended.
-func (s *Store) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (timer.Fired, []store.WorkflowTask, error) {
+func (s *Store) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error) {
 	var (
-		f     timer.Fired
+		f     store.Fired
 		fired []struct {
 			RunID string  `json:"run_id"`
 			Seq   int64   `json:"seq"`
@@ -126,7 +125,7 @@ func (s *Store) FireTimersClaiming(ctx context.Context, in store.FireTimersParam
 	seqs := map[string][]int64{} // the timers fired, by run
 	for _, t := range fired {
 		lag := time.Duration(t.Lag * float64(time.Second))
-		f.Timers = append(f.Timers, timer.FiredTimer{RunID: t.RunID, Seq: t.Seq, Lag: lag, TraceContext: t.Trace})
+		f.Timers = append(f.Timers, store.FiredTimer{RunID: t.RunID, Seq: t.Seq, Lag: lag, TraceContext: t.Trace})
 		seqs[t.RunID] = append(seqs[t.RunID], t.Seq)
 	}
 	tasks := make([]store.WorkflowTask, len(claimed))

@@ -4,35 +4,17 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/durable-go/durable/internal/store"
 )
 
 // Store is what the scanner needs from the database.
 type Store interface {
 	// FireTimers fires up to limit timers due at now, each with its run's
 	// TimerFired event and ready workflow task, and reports them.
-	FireTimers(ctx context.Context, now time.Time, limit int) (Fired, error)
+	FireTimers(ctx context.Context, now time.Time, limit int) (store.Fired, error)
 	// NextTimer returns the earliest fire time of any timer, or ok false.
 	NextTimer(ctx context.Context) (at time.Time, ok bool, err error)
-}
-
-// Fired reports one batch of fired timers.
-type Fired struct {
-	// Count is how many timers fired.
-	Count int
-	// Queues are the workflow queues on which tasks became ready.
-	Queues []string
-	// Timers describe each fired timer.
-	Timers []FiredTimer
-}
-
-// FiredTimer is one fired timer.
-type FiredTimer struct {
-	RunID string
-	Seq   int64
-	// Lag is how late it fired: the fire time minus the due time.
-	Lag time.Duration
-	// TraceContext is the run's W3C traceparent, or empty.
-	TraceContext string
 }
 
 // Options configure a Scanner.
@@ -46,7 +28,7 @@ type Options struct {
 	// case a wake-up was missed. Default 5s.
 	PollInterval time.Duration
 	// OnFire is called after each batch that fired timers.
-	OnFire func(Fired)
+	OnFire func(store.Fired)
 	// Logger receives errors. Default slog.Default().
 	Logger *slog.Logger
 	// ErrorFunc, if set, is told of each failure to fire timers (with the
