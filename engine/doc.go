@@ -38,45 +38,45 @@
 // unknown name fails and is retried by its policy. Workflows go to the queue
 // named in [StartOptions], else in [WorkflowOptions], else [DefaultQueue];
 // activities to the queue in their activity.Options, else "default". An
-// engine polls only the queues in [Options].Queues.
+// engine polls the queues in [Options].Queues if set; otherwise "default"
+// and every queue its registrations name.
 //
 // # Starting workflows
 //
-// [Start] records a new run (its WorkflowStarted event and a ready workflow
-// task) in one transaction and returns a [Run] handle; any engine's workers
-// then run it. An engine that runs the workflow's type on its queue starts
-// eagerly: Start runs the run's first workflow task in the calling
-// goroutine, before the insert, and records the run together with the
-// activities and timers that task scheduled; the activities start on this
-// engine's free slots at once. A first task that starts children, closes the
-// run or fails leaves the run to start the ordinary way. Starts that
-// overlap, from many goroutines of one process, share a transaction (up to
-// [Options].CommitGroupSize; an idle engine commits each at once), also in
-// an engine that never runs. It is idempotent
-// by workflow ID ([StartOptions].ID): while a
-// run with the ID is open, Start returns that run, with Run.Existing set,
-// and ignores the new input; with [StartOptions].RejectIfRunning it returns
-// [ErrAlreadyRunning] instead. Once the run has closed, the same ID starts a
-// new run. Without an ID, Start uses a random UUID.
+// [Start] records a new run in one transaction and returns a [Run] handle;
+// any engine's workers then run it. It is idempotent by workflow ID
+// ([StartOptions].ID): while a run with the ID is open, Start returns that
+// run, with Run.Existing set, and ignores the new input; with
+// [StartOptions].RejectIfRunning it returns [ErrAlreadyRunning] instead.
+// Once the run has closed, the same ID starts a new run. Without an ID,
+// Start uses a random UUID.
 //
-// [StartTx] does the same inside the caller's pgx.Tx: the run exists if and
+// On an engine whose Run serves the workflow's type and queue, Start (not
+// StartTx, and not a delayed start) first runs the workflow code up to its
+// first blocking call, in the calling goroutine. If by then the code has
+// only started activities and timers, the run is recorded with them: the
+// activities start at once, and the start costs one transaction. Otherwise
+// (the code started a child, returned or failed) the run starts as usual
+// and a worker runs that code again. So that code must be quick, as all
+// workflow code should: it is bounded by [Options].WorkflowDeadlockTimeout,
+// and a Start whose context has less time left than that leaves it to a
+// worker. Starts from many goroutines of one process share transactions
+// when they overlap (see [Options].CommitGroupSize), also in a process that
+// never calls Run, such as an API server.
+//
+// [StartTx] records the run inside the caller's pgx.Tx: the run exists if and
 // only if the transaction commits, so a row and the workflow that must follow
 // it are written together (the transactional outbox, built in). The wake-up
 // for the workers is a NOTIFY sent at commit.
 //
 // # Running and shutting down
 //
-// [Engine.Run] blocks until its context is done. For each queue in
-// [Options].Queues it runs up to WorkflowConcurrency workflow tasks and
-// ActivityConcurrency activities at once (an activity's outcome and the
-// fused step it leads to, below, take one of as many step slots of the
-// queue when one is free, so the activity's slot takes the next activity
-// while the step commits; a cached run's wake runs in slots of its own, up
-// to twice the workflow slots), and it runs the timer scanner (package
-// timer), whose fires
-// hand the tasks they make to this engine's free slots. Idle workers wait
-// for a notification, or for the backstop poll every [Options].PollInterval;
-// nothing polls in a tight loop.
+// [Engine.Run] blocks until its context is done. For each queue it polls it
+// runs up to [QueueOptions].WorkflowConcurrency workflow tasks and
+// [QueueOptions].ActivityConcurrency activities at once, and it fires due
+// timers. Idle workers wait for a notification that work is ready, or for
+// the backstop poll every [Options].PollInterval; nothing polls in a tight
+// loop.
 //
 // When the context is done, Run stops claiming work, lets running tasks
 // finish for up to [Options].ShutdownTimeout, then cancels the activities
@@ -88,71 +88,57 @@
 // # Waiting for results
 //
 // [Run.Result] waits until the run closes and returns its typed result, or a
-// *[WorkflowError] if it failed. It waits on a notification (the engine
-// LISTENs for it, even in a process that never calls Run; in such a process
-// the LISTEN holds a pool connection while a Result waits, and for a tenth
-// of a second after the last one returns, so that the next one finds it
-// listening: closing the pool waits that long for it). As a backstop,
-// for a close whose notification was lost, the engine asks every
-// [Options].PollInterval which of the runs its Result calls wait for have
-// closed: one statement for all of them, however many there are. A running
-// engine remembers the runs it saw close in the last two seconds (here,
-// with their outcome, or elsewhere, by notification), so Result called
-// within two seconds of the Start that created the run on it does not read
-// the run first: a run that closes in this process hands Result its outcome
-// without a query. [Run.Describe] returns the
-// run's state ([RunInfo]), including the error of a workflow task that is
-// being retried, and [Run.History] its events. [GetRun], [Engine.Describe] and
-// [Engine.History] find the newest run of a workflow ID.
+// *[WorkflowError] if it failed. It waits on a notification, without
+// polling: the engine LISTENs for closes, also in a process that never
+// calls Run. In such a process the LISTEN holds a pool connection while a
+// Result waits, and for a tenth of a second after the last one returns, so
+// that a loop of starts and waits keeps it; closing the pool waits that long
+// for it. If a notification is lost, Result learns of the close within
+// [Options].PollInterval. That backstop is one query per PollInterval for
+// up to 10,000 waiting Results, and a run that closes in the process that
+// waits for it hands Result its outcome without a query.
+//
+// [Run.Describe] returns the run's state ([RunInfo]), including the error of
+// a workflow task that is being retried, and [Run.History] its events.
+// [GetRun], [Engine.Describe] and [Engine.History] find the newest run of a
+// workflow ID.
 //
 // # Workflow tasks, replay and the cache
 //
 // A workflow task brings a run's code up to date with its history, runs it
-// until every coroutine waits, and commits the commands it gave (events,
-// activity tasks, timers, or the run's close) in one transaction. Only one
-// task per run takes effect at a time: the claim guarantees it.
+// until every coroutine waits, and commits what the code did (events,
+// activities and timers to start, or the run's close) in one transaction.
+// Only one task per run takes effect at a time, and only on the history it
+// ran on: if a signal, a timer or an activity's result reached the run while
+// the code ran, the task runs again with it before anything is recorded.
 //
-// A step of a cached run is fused: when an activity finishes on the engine
-// that has its run in memory, the run applies the outcome there, at once,
-// and the outcome and the commands it gave are committed in one
-// transaction, fenced by the activity's attempt and the run's next event ID
-// (no workflow task is claimed). The step runs in the activity's goroutine,
-// in a step slot if one is free (the activity's slot is then free for the
-// queue's next activity at once), and then runs the next activity the
-// step scheduled on its queue, claimed by the step's transaction; if it
-// scheduled none there (the run waits on something else, or closes) and the
-// engine has activities waiting for a slot on that queue, the step's
-// transaction claims the queue's next task. That task takes an activity
-// slot when the step is done, waiting for one at most a second (or a tenth
-// of its lease); if none frees up, it goes back to its queue, its attempt
-// unspent. If anything
-// else reached the run meanwhile (a signal, a timer, another engine), the
-// commit changes nothing and the step is taken the ordinary way; what the
-// workflow logged in the refused attempt is dropped. Steps that start
-// children, cancel timers or continue as new record the outcome first and
-// then commit the commands the run already produced. A cached run's short
-// timer (under 30 seconds) is fired by its engine the same way: the run
-// applies the firing, runs, and the firing and its commands are one
-// transaction; if another engine fired the timer first, the run goes on
-// from there.
+// When an activity finishes on the engine that has its run in memory (see
+// the cache, below), its result and the workflow's next step are recorded
+// in one write. When the run is not in that engine's memory, or has moved
+// on meanwhile, the result is recorded alone and the next step runs from
+// history. Which way a step goes changes its cost, never what the code
+// sees. A step that does not take effect runs again, so workflow.Logger may
+// write a step's lines twice.
 //
-// A task claimed from the queue (the first task of a run started in
-// another process, a task after a signal) runs on a recorded history, so
-// the one activity it schedules may start before the task commits: if it
-// returns a result within [Options].ActivityRunAhead, its schedule, its
-// result and what the code did next commit together, fenced by the
-// task's claim and the history the task saw; otherwise the schedule
-// commits alone and the result is recorded when it comes. An activity
-// whose schedule did not commit runs again, attempt 1 again.
+// An activity may start before the step that scheduled it is recorded
+// ([Options].ActivityRunAhead), so that a quick one's result is recorded
+// with that step. If the step is then not recorded (the worker died or lost
+// its claim), the activity runs again, as attempt 1 again, with the same
+// idempotency key. Activities run at least once in any case: make their
+// effects idempotent, or use [ExactlyOnce].
 //
-// Each engine keeps the code of up to [Options].CacheSize live runs in
-// memory (least recently used first out), so a step costs the new events, not
-// a replay. A run that waits only on timers leaves the cache at once, since
-// it may sleep for days, unless a timer fires within 30 seconds. On a cache miss the workflow function runs again from
-// the start against the recorded history; evicting is always safe. A task that
+// Each engine keeps up to [Options].CacheSize runs in progress in memory, so
+// a step costs the new events, not a replay. A run that waits only on timers
+// leaves the cache, since it may sleep for days, unless a timer fires within
+// 30 seconds. On a cache miss the workflow function runs again from the
+// start against the recorded history; evicting is always safe. A task that
 // hits a workflow.NonDeterminismError or a panic fails and is retried with
 // growing delays (from a second up to a minute); the run stays open, waiting
 // for fixed code.
+//
+// How the engine does this (the tables, the transaction of each step, how
+// commits are grouped, the cache) is described in docs/architecture.md in
+// the repository.
 //
 // # Leases and fencing tokens
 //
@@ -182,11 +168,12 @@
 //
 // [Options], [QueueOptions], [WorkflowOptions] and [StartOptions] are
 // structs whose zero value works; each field documents its default. The
-// zero Options poll one queue, "default", with 32 workflow tasks and 32
-// activities at once, log to slog.Default(), use time.Now as the clock, cache
-// 10,000 runs, lease workflow tasks for 30s, poll every 5s as a backstop,
-// allow 30s for shutdown and accept payloads up to 2 MiB. [New] checks the
-// options (negative values are errors) and brings the schema up to date
-// unless [Options].SkipMigrate is set; then it only checks the schema's
-// version. The engine never closes the pool it is given.
+// zero Options poll "default" and every queue a registration names, with 32
+// workflow tasks and 32 activities at once per queue, log to
+// slog.Default(), take the time from the database's clock, cache 10,000
+// runs, lease workflow tasks for 30s, poll every 5s as a backstop, allow 30s
+// for shutdown and accept payloads up to 2 MiB. [New] checks the options
+// (negative values are errors) and brings the schema up to date unless
+// [Options].SkipMigrate is set; then it only checks the schema's version.
+// The engine never closes the pool it is given.
 package engine
