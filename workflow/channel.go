@@ -153,25 +153,32 @@ func NewSelector(ctx Context) *Selector {
 	return &Selector{x: ctx.exec()}
 }
 
-// Readier is implemented by every Future and Channel.
-type Readier interface {
-	// IsReady reports whether a value can be taken without blocking.
+// AnyChannel is a channel of any element type that a [Selector] can
+// receive from: what [Selector.AddReceive] takes. Every *[Channel] and
+// [SignalChannel] is one; a [Future] is not (use [Selector.AddFuture]).
+type AnyChannel interface {
+	// IsReady reports whether Receive would not block.
 	IsReady() bool
+	receivable()
 }
 
 // IsReady reports whether Receive would not block.
 func (c *Channel[T]) IsReady() bool { return c.ready() }
 
-// AddFuture adds a case that fires fn once f is ready. Each future case fires
-// at most once, however often Select is called.
-func (s *Selector) AddFuture(f Readier, fn func()) *Selector {
+func (c *Channel[T]) receivable() {}
+
+// AddFuture adds a case that fires fn once f is ready; fn should call f's
+// Get. Each future case fires at most once, however often Select is called.
+// f is any [Future] or *[Timer].
+func (s *Selector) AddFuture(f AnyFuture, fn func()) *Selector {
 	s.cases = append(s.cases, &selectCase{ready: f.IsReady, fire: fn, once: true})
 	return s
 }
 
 // AddReceive adds a case that fires fn when ch has a value (or is closed);
-// fn should receive it.
-func (s *Selector) AddReceive(ch Readier, fn func()) *Selector {
+// fn should receive it. ch is a *[Channel] or a [SignalChannel]. The case
+// fires each time Select finds a value waiting.
+func (s *Selector) AddReceive(ch AnyChannel, fn func()) *Selector {
 	s.cases = append(s.cases, &selectCase{ready: ch.IsReady, fire: fn})
 	return s
 }

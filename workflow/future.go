@@ -6,7 +6,8 @@ import (
 )
 
 // Future is the eventual result of an asynchronous workflow operation, such
-// as an activity or a timer.
+// as an activity or a timer. Only this package makes futures: the engine
+// settles them from the run's history.
 type Future[T any] interface {
 	// Get blocks the calling coroutine until the result is there and returns
 	// it. It may be called more than once. Waiting for a child workflow, it
@@ -15,6 +16,16 @@ type Future[T any] interface {
 	Get(ctx Context) (T, error)
 	// IsReady reports whether Get would return without blocking.
 	IsReady() bool
+	state() *future
+}
+
+// AnyFuture is a [Future] of any result type: what [Selector.AddFuture]
+// takes. Every Future is one, a *[Timer] and a [ChildWorkflowFuture]
+// included; a [Channel] or [SignalChannel] is not (use [Selector.AddReceive]).
+type AnyFuture interface {
+	// IsReady reports whether Get would return without blocking.
+	IsReady() bool
+	state() *future
 }
 
 // future is the untyped state behind a Future.
@@ -44,6 +55,8 @@ func (f *future) settle(v json.RawMessage, err error) {
 type typedFuture[T any] struct{ f *future }
 
 func (t typedFuture[T]) IsReady() bool { return t.f.ready }
+
+func (t typedFuture[T]) state() *future { return t.f }
 
 func (t typedFuture[T]) Get(ctx Context) (T, error) {
 	var v T

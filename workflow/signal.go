@@ -22,6 +22,8 @@ func GetSignalChannel[T any](ctx Context, name string) SignalChannel[T] {
 // IsReady reports whether a signal is waiting: Receive would not block.
 func (c SignalChannel[T]) IsReady() bool { return len(c.x.signals[c.name]) > 0 }
 
+func (c SignalChannel[T]) receivable() {}
+
 // Receive blocks the calling coroutine until a signal arrives and returns
 // it. It returns ErrCanceled if the run is canceled while it waits (unless
 // ctx is disconnected).

@@ -10,10 +10,10 @@ import (
 // ErrCanceled is the error of a future whose operation was canceled.
 var ErrCanceled = errors.New("canceled")
 
-// Timer is a durable timer. It is a Future that becomes ready when the timer
-// fires, or fails with ErrCanceled when it is canceled first.
+// Timer is a durable timer. It is a Future[struct{}] that becomes ready when
+// the timer fires, or fails with ErrCanceled when it is canceled first.
 type Timer struct {
-	typedFuture[struct{}]
+	f   *future
 	x   *executor
 	seq int64
 }
@@ -34,7 +34,7 @@ type Timer struct {
 //	timeout.Cancel()
 func NewTimer(ctx Context, d time.Duration) *Timer {
 	x := ctx.exec()
-	t := &Timer{typedFuture: typedFuture[struct{}]{&future{name: "timer"}}, x: x}
+	t := &Timer{f: &future{name: "timer"}, x: x}
 	if d <= 0 {
 		t.f.settle(nil, nil)
 		return t
@@ -49,6 +49,20 @@ func NewTimer(ctx Context, d time.Duration) *Timer {
 	x.command(history.TimerStarted{Seq: t.seq, FireAt: x.now.Add(d)})
 	return t
 }
+
+// Get blocks the calling coroutine until the timer fires, and returns
+// ErrCanceled if the timer is canceled first (by Cancel, or with the run,
+// unless it was started on a disconnected context). Its value is always
+// struct{}{}; it may be called more than once.
+func (t *Timer) Get(ctx Context) (struct{}, error) {
+	return typedFuture[struct{}]{t.f}.Get(ctx)
+}
+
+// IsReady reports whether the timer has fired or been canceled: Get would
+// return without blocking.
+func (t *Timer) IsReady() bool { return t.f.ready }
+
+func (t *Timer) state() *future { return t.f }
 
 // Cancel cancels the timer if it has not fired: the cancellation is
 // recorded in history, the timer's row is removed, and the future fails with
