@@ -50,19 +50,21 @@ type Options struct {
 	NowFunc func() time.Time
 	// WorkerID names this engine's claims. Default host:pid:random.
 	WorkerID string
-	// CacheSize is how many live runs the workflow cache keeps, so that a
-	// step costs O(new events), not a replay. A run that sleeps for less than
-	// 30 seconds stays in it. A full cache pushes out the least recently
-	// used run, but between two sleeping runs keeps the one that wakes
-	// first. Default 10,000.
+	// CacheSize is how many runs in progress this engine keeps in memory.
+	// A step of a cached run costs its new events; a step of one that is
+	// not cached replays the run's history first (durable_run_cache_total
+	// counts hits and misses, durable_replay_seconds the replays). Raise
+	// it when more runs than this are active at once on the engine, sleeps
+	// under 30 seconds included; lower it to bound memory. Runs that sleep
+	// longer are not kept. Default 10,000.
 	CacheSize int
 	// WorkflowTaskLease is how long a workflow task claim holds before
 	// another worker may take the task. Default 30s.
 	WorkflowTaskLease time.Duration
-	// PollInterval is the backstop poll, for when a notification is missed.
-	// Work is normally picked up through LISTEN/NOTIFY. Result's waiters
-	// share one backstop per engine: every PollInterval, one statement asks
-	// which of the runs they wait for have closed. Default 5s.
+	// PollInterval is the backstop poll, for when a notification is missed:
+	// work is normally picked up, and Result learns of a close, through
+	// LISTEN/NOTIFY. It bounds how late a lost notification makes either.
+	// A shorter one costs more queries while idle. Default 5s.
 	PollInterval time.Duration
 	// ShutdownTimeout bounds how long Run waits, after its context is done,
 	// for running activities to finish before cancelling them. Default 30s.
@@ -82,28 +84,29 @@ type Options struct {
 	// MaxPayloadBytes is the largest input or result accepted, encoded.
 	// Default 2 MiB.
 	MaxPayloadBytes int
-	// CommitGroupSize is the most step writes (workflow-task commits,
-	// activity outcomes) committed in one transaction. Writes are grouped
-	// only while others are being committed, so an idle engine commits each
-	// at once and a busy one saves a commit (a WAL flush) per write. Starts,
-	// and the reads of runs behind Result, are grouped the same way, also in
-	// an engine that never runs (one that only starts workflows and waits
-	// for them, as an API server does). 1 turns grouping off. Default 64.
+	// CommitGroupSize is the most workflow steps, activity results and
+	// starts this engine commits in one transaction. Only writes that
+	// arrive while others are committing wait and go together, so an idle
+	// engine commits each at once (grouping adds no latency) and a busy one
+	// commits many per transaction, which is most of its throughput under
+	// load. Starts and the reads behind Result share transactions the same
+	// way in a process that never calls Run, such as an API server. 1 turns
+	// grouping off, every write its own transaction; there is seldom a
+	// reason to change it. Default 64.
 	CommitGroupSize int
-	// ActivityRunAhead is how long a workflow task waits, before it
-	// commits, for the activity it scheduled, started at once in a free
-	// slot: an activity that returns a result within it commits with its
-	// schedule, in one transaction instead of two, and one that does not
-	// is recorded as usual when it returns. Only a task whose history is
-	// recorded (claimed from the queue, not an eager start), whose claim
-	// has half its lease left at least, and that schedules exactly one
-	// activity of a queue this engine runs does so; what is
-	// promised does not change: an activity runs at least once, and code
-	// never acts on an outcome that is not recorded. An activity whose
-	// schedule did not commit (the worker died or lost the task) runs
-	// again, attempt 1 again, with its workflow task. Negative: activities
-	// start only once their schedule has committed. It must be under half
-	// of WorkflowTaskLease. Default 2ms.
+	// ActivityRunAhead lets an activity start before the workflow step
+	// that scheduled it is recorded, and is how long that step waits for
+	// it: a result that comes within it is recorded together with the
+	// step, in one transaction instead of two. This saves a commit when a
+	// step that a worker picked up from the queue (the first step of a run
+	// started in another process, a step after a signal) schedules one
+	// quick activity. What it changes for you: if the step is then not
+	// recorded (the worker died or lost its claim), the activity runs
+	// again, as attempt 1 again, with the same idempotency key; activities
+	// run at least once in any case, and workflow code never sees a result
+	// that was not recorded. Negative turns it off: activities start only
+	// once their schedule is recorded. It must be under half of
+	// WorkflowTaskLease. Default 2ms.
 	ActivityRunAhead time.Duration
 	// HistoryWarnEvents is the history length past which a run is warned
 	// about (a log line and durable_large_histories_total): a history that
@@ -146,22 +149,25 @@ type Options struct {
 
 // QueueOptions configure the workers of one queue.
 type QueueOptions struct {
-	// WorkflowConcurrency is how many workflow tasks run at once. Default 32.
-	// A fused step (see the package documentation) runs in a step slot of
-	// its activity's queue, or in its activity's slot, and a cached run
-	// woken by its timer in a wake slot (twice WorkflowConcurrency of
-	// them), not in one of these.
+	// WorkflowConcurrency is how many workflow tasks of the queue this
+	// engine runs at once. Workflow tasks are short (CPU and a commit);
+	// raise it if durable_queue_oldest_ready_age_seconds{kind="workflow"}
+	// grows while the engine's CPU is not busy. A step that follows an
+	// activity's result on the engine that has the run in memory, and the
+	// wake of such a run whose short timer fired, do not count against it.
+	// Default 32.
 	WorkflowConcurrency int
-	// ActivityConcurrency is how many activities run at once. Default 32.
-	// An activity's outcome, and the step of its run that follows, take a
-	// step slot of the queue if one is free (ActivityConcurrency of them),
-	// so that the activity's slot is free for the next activity as soon as
-	// the activity returns. The step claims its run's next activity as it
-	// commits; that activity then waits for an activity slot, before the
-	// poller claims more (so the engine holds about twice
-	// ActivityConcurrency claimed activities at most), for up to a second
-	// or a tenth of its lease; if none frees up it goes back to the queue,
-	// its attempt unspent.
+	// ActivityConcurrency is how many activities of the queue this engine
+	// runs at once. Size it for what the activities wait on (an API's rate
+	// limit, your database), not for the CPU: activities that mostly wait
+	// can take many more, and quick ones gain from more too, since the
+	// engine then commits their steps in larger groups. Recording an
+	// activity's result and running the workflow's next step usually do not
+	// hold its slot, so the slot takes the next activity at once. The engine
+	// may hold up to about twice this many activities claimed; one that
+	// waits for a slot longer than a second (a tenth of its lease, if
+	// shorter) goes back to the queue without spending an attempt.
+	// Default 32.
 	ActivityConcurrency int
 }
 
