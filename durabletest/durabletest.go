@@ -32,6 +32,8 @@ import (
 
 	"github.com/durable-go/durable/engine"
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/store/postgres"
 )
 
 // Clock is a settable clock, safe for concurrent use.
@@ -91,6 +93,7 @@ type Env struct {
 	t      testing.TB
 	opts   Options
 	queues []string
+	store  store.Store // the engine's, for the test clock's wake-ups
 }
 
 // New returns an Env whose engine is not running yet. The database is
@@ -111,7 +114,7 @@ func New(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatalf("durabletest: %v", err)
 	}
-	env := &Env{Engine: e, Pool: pool, Clock: clock, t: t, opts: o}
+	env := &Env{Engine: e, Pool: pool, Clock: clock, t: t, opts: o, store: postgres.New(pool)}
 	for q := range eo.Queues {
 		env.queues = append(env.queues, q)
 	}
@@ -157,24 +160,12 @@ func (env *Env) Advance(ctx context.Context, d time.Duration) error {
 
 // wake tells the engine's timer scanner and pollers that the clock moved.
 func (env *Env) wake(ctx context.Context) error {
-	keys := []string{"t:"}
+	notes := []store.Note{{Kind: store.NoteTimers}}
 	for _, q := range env.queues {
-		keys = append(keys, "w:"+q, "a:"+q)
+		notes = append(notes, store.Note{Kind: store.NoteWorkflowTasks, Queue: q}, store.Note{Kind: store.NoteActivityTasks, Queue: q})
 	}
-	_, err := env.Pool.Exec(ctx, `SELECT count(pg_notify('durable', k)) FROM unnest($1::text[]) AS k`, keys)
-	return err
+	return env.store.Notify(ctx, notes)
 }
-
-// idleSQL returns, when no task is running or ready, the earliest time
-// anything becomes due; otherwise NULL.
-const idleSQL = `
-SELECT CASE WHEN EXISTS (SELECT 1 FROM durable_workflow_tasks WHERE locked_by IS NOT NULL OR run_after <= $1)
-              OR EXISTS (SELECT 1 FROM durable_activity_tasks WHERE locked_by IS NOT NULL OR run_after <= $1)
-            THEN NULL
-            ELSE least((SELECT min(fire_at) FROM durable_timers),
-                       (SELECT min(run_after) FROM durable_workflow_tasks),
-                       (SELECT min(run_after) FROM durable_activity_tasks))
-       END`
 
 // skipTime moves the clock to the next due time whenever nothing is
 // running or ready, twice in a row a few milliseconds apart.
@@ -189,9 +180,8 @@ func (env *Env) skipTime(ctx context.Context) {
 		case <-tick.C:
 		}
 		var next *time.Time
-		if err := env.Pool.QueryRow(ctx, idleSQL, env.Clock.Now()).Scan(&next); err != nil {
-			last = nil
-			continue
+		if at, ok, err := env.store.IdleUntil(ctx, env.Clock.Now()); err == nil && ok {
+			next = &at
 		}
 		if next == nil || last == nil || !next.Equal(*last) {
 			last = next

@@ -352,7 +352,7 @@ func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs
 	}
 	// Wake the queue's pollers: they look again and sleep until the retry
 	// is due, instead of until the end of the lease they saw.
-	e.hub.publish("a:" + t.Queue)
+	e.hub.publish(activityTasksNote(t.Queue))
 	return nil
 }
 

@@ -174,15 +174,14 @@ func faultRate(t *testing.T, def float64) float64 {
 	return r
 }
 
-// faultyEngine returns an engine with inj in front of its storage, changed
+// faultyEngine returns an engine with inj in front of its store, changed
 // by tweak, running until stop is called or the test ends.
 func faultyEngine(t *testing.T, pool *pgxpool.Pool, id string, inj *faultInjector, w *ambWork, tweak ...func(*Engine)) (e *Engine, stop func()) {
 	t.Helper()
-	e, err := New(pool, Options{
-		WorkerID: id, Logger: ambLogger(), wrapStorage: inj.wrap,
+	e, err := newOnPool(pool, Options{
+		WorkerID: id, Logger: ambLogger(),
 		PollInterval: 250 * time.Millisecond, WorkflowTaskLease: time.Second, ShutdownTimeout: 5 * time.Second,
-		RandFunc: func() float64 { return 0.5 },
-	})
+		RandFunc: func() float64 { return 0.5 }}, inj.wrap)
 	require.NoError(t, err)
 	w.register(t, e)
 	for _, f := range tweak {

@@ -11,12 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
-	"github.com/durable-go/durable/internal/store/postgres"
 )
 
 // Asynchronous activity completion: an activity returns
@@ -117,21 +114,7 @@ func CompleteActivity[T any](ctx context.Context, e *Engine, token []byte, resul
 	if err != nil {
 		return fmt.Errorf("complete activity: %w", err)
 	}
-	return completeActivity(ctx, e, nil, f, result)
-}
-
-// CompleteActivityTx is CompleteActivity inside the caller's transaction:
-// the activity completes if and only if tx commits, and its workflow is
-// woken at the commit.
-func CompleteActivityTx[T any](ctx context.Context, e *Engine, tx pgx.Tx, token []byte, result T) error {
-	if tx == nil {
-		return errors.New("complete activity: nil transaction")
-	}
-	f, err := parseToken(token)
-	if err != nil {
-		return fmt.Errorf("complete activity: %w", err)
-	}
-	return completeActivity(ctx, e, tx, f, result)
+	return completeActivity(ctx, e, e.store, false, f, result)
 }
 
 // CompleteActivityByID is CompleteActivity for the activity activityID
@@ -142,7 +125,7 @@ func CompleteActivityByID[T any](ctx context.Context, e *Engine, workflowID stri
 	if err != nil {
 		return fmt.Errorf("complete activity: %w", err)
 	}
-	return completeActivity(ctx, e, nil, f, result)
+	return completeActivity(ctx, e, e.store, false, f, result)
 }
 
 // FailActivity records cause as the failure of the activity attempt that
@@ -234,7 +217,7 @@ func (e *Engine) byID(ctx context.Context, workflowID string, seq int64) (tokenF
 // token of an attempt that started before its schedule committed (no task
 // ID: runahead.go) may arrive first: its task is waited for, up to
 // scheduleWait.
-func (e *Engine) waiting(ctx context.Context, s storage, f tokenFields) (store.PendingActivity, error) {
+func (e *Engine) waiting(ctx context.Context, s store.Store, f tokenFields) (store.PendingActivity, error) {
 	if err := e.needDB(); err != nil {
 		return store.PendingActivity{}, err
 	}
@@ -268,12 +251,9 @@ func (e *Engine) waiting(ctx context.Context, s storage, f tokenFields) (store.P
 // attempt that started before it committed.
 const scheduleWait = 5 * time.Second
 
-// completeActivity completes the attempt f names, in tx if it is not nil.
-func completeActivity(ctx context.Context, e *Engine, tx pgx.Tx, f tokenFields, result any) error {
-	s := e.store
-	if tx != nil {
-		s = s.WithTx(tx)
-	}
+// completeActivity completes the attempt f names, in s: the engine's store,
+// or, inTx, one bound to a caller's transaction.
+func completeActivity(ctx context.Context, e *Engine, s store.Store, inTx bool, f tokenFields, result any) error {
 	a, err := e.waiting(ctx, s, f)
 	if err != nil {
 		return fmt.Errorf("complete activity: %w", err)
@@ -283,7 +263,7 @@ func completeActivity(ctx context.Context, e *Engine, tx pgx.Tx, f tokenFields, 
 		return fmt.Errorf("complete activity %d of run %s: %w", f.Seq, f.RunID, err)
 	}
 	ev := history.ActivityCompleted{Seq: f.Seq, Result: payload, Attempt: f.Attempt}
-	if err := e.resolveFromOutside(ctx, s, tx, f, a.TaskID, ev); err != nil {
+	if err := e.resolveFromOutside(ctx, s, inTx, f, a.TaskID, ev); err != nil {
 		return fmt.Errorf("complete activity: %w", err)
 	}
 	e.metrics.outcomes.WithLabelValues("activity", a.Activity, outcomeCompleted).Inc()
@@ -310,7 +290,7 @@ func (e *Engine) failActivity(ctx context.Context, f tokenFields, cause error) e
 	retry, final, class := e.failurePlan(t, cause, opts.WithDefaults())
 	if retry == nil {
 		ev := e.failedForGood(ctx, t, attrs, final, class, t.Attempt)
-		if err := e.resolveFromOutside(ctx, e.store, nil, f, a.TaskID, ev); err != nil {
+		if err := e.resolveFromOutside(ctx, e.store, false, f, a.TaskID, ev); err != nil {
 			return fmt.Errorf("fail activity: %w", err)
 		}
 		return nil
@@ -331,7 +311,7 @@ func (e *Engine) failActivity(ctx context.Context, f tokenFields, cause error) e
 // resolveFromOutside records ev, the outcome of the held attempt f of task
 // taskID, and wakes the run's workflow task: at once, or, in a caller's
 // transaction, at its commit.
-func (e *Engine) resolveFromOutside(ctx context.Context, s storage, tx pgx.Tx, f tokenFields, taskID int64, ev history.Attributes) error {
+func (e *Engine) resolveFromOutside(ctx context.Context, s store.Store, inTx bool, f tokenFields, taskID int64, ev history.Attributes) error {
 	ready, err := s.ResolveActivity(ctx, store.ResolveActivityParams{
 		RunID: f.RunID, TaskID: taskID, Attempt: f.Attempt, Event: ev, Now: e.now(), Held: true,
 	})
@@ -341,12 +321,9 @@ func (e *Engine) resolveFromOutside(ctx context.Context, s storage, tx pgx.Tx, f
 	case err != nil:
 		return err
 	}
-	if tx != nil {
-		var keys []string
-		for _, q := range ready.WorkflowQueues {
-			keys = append(keys, "w:"+q)
-		}
-		if _, err := tx.Exec(ctx, notifyAtCommitSQL, keys); err != nil {
+	if inTx {
+		// At the commit, or not at all if it rolls back.
+		if err := s.Notify(ctx, readyNotes(store.Ready{WorkflowQueues: ready.WorkflowQueues})); err != nil {
 			return fmt.Errorf("announce the workflow task of run %s at commit: %w", f.RunID, err)
 		}
 		return nil
@@ -354,11 +331,6 @@ func (e *Engine) resolveFromOutside(ctx context.Context, s storage, tx pgx.Tx, f
 	e.publishReady(ctx, ready)
 	return nil
 }
-
-// notifyAtCommitSQL sends notifications in a caller's transaction: Postgres
-// delivers them at its commit, and drops them if it rolls back. Unlike
-// sendNotificationsSQL it leaves the commit's durability alone.
-const notifyAtCommitSQL = `SELECT count(pg_notify('` + postgres.NotifyChannel + `', k)) FROM unnest($1::text[]) AS k`
 
 // publishReady announces r: through the hub while it runs, otherwise at once.
 func (e *Engine) publishReady(ctx context.Context, r store.Ready) {

@@ -84,9 +84,8 @@ func queueBehindTheOnlySlot(t *testing.T, holdAsJob, keepSlot bool) (order []int
 	holdStarted, holdRelease = make(chan struct{}, 1), make(chan struct{})
 	noted = nil
 	sc := &stepCounter{}
-	e, err := New(pgtest.Pool(t), Options{Logger: slog.New(slog.DiscardHandler), PollInterval: 50 * time.Millisecond,
-		Queues:      map[string]QueueOptions{DefaultQueue: {ActivityConcurrency: 1}},
-		wrapStorage: func(s storage) storage { sc.storage = s; return sc }})
+	e, err := newOnPool(pgtest.Pool(t), Options{Logger: slog.New(slog.DiscardHandler), PollInterval: 50 * time.Millisecond,
+		Queues: map[string]QueueOptions{DefaultQueue: {ActivityConcurrency: 1}}}, func(s store.Store) store.Store { sc.Store = s; return sc })
 	require.NoError(t, err)
 	require.NoError(t, RegisterWorkflow(e, holdOnce, WorkflowOptions{}))
 	require.NoError(t, RegisterWorkflow(e, noteOnce, WorkflowOptions{}))

@@ -22,27 +22,27 @@ import (
 
 // clockWatch counts what a skewed engine's scanner and pollers did.
 type clockWatch struct {
-	storage
+	store.Store
 	looks     atomic.Int64 // the scanner's looks at the next timer
 	fired     atomic.Int64 // timers its fires fired
 	actClaims atomic.Int64 // its claims of activity tasks, whatever they found
 	actsTaken atomic.Int64 // activity tasks they claimed
 }
 
-func (w *clockWatch) NextTimerSkipping(ctx context.Context, skip []string) (time.Time, bool, error) {
-	at, ok, err := w.storage.NextTimerSkipping(ctx, skip)
+func (w *clockWatch) NextTimer(ctx context.Context, skip []string) (time.Time, bool, error) {
+	at, ok, err := w.Store.NextTimer(ctx, skip)
 	w.looks.Add(1)
 	return at, ok, err
 }
 
-func (w *clockWatch) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error) {
-	f, tasks, err := w.storage.FireTimersClaiming(ctx, in)
+func (w *clockWatch) FireTimers(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error) {
+	f, tasks, err := w.Store.FireTimers(ctx, in)
 	w.fired.Add(int64(f.Count))
 	return f, tasks, err
 }
 
 func (w *clockWatch) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
-	tasks, err := w.storage.ClaimActivityTasks(ctx, in)
+	tasks, err := w.Store.ClaimActivityTasks(ctx, in)
 	w.actsTaken.Add(int64(len(tasks)))
 	w.actClaims.Add(1)
 	return tasks, err
@@ -54,10 +54,11 @@ func skewedEngine(t *testing.T, pool *pgxpool.Pool, skew time.Duration, w *clock
 	t.Helper()
 	o := Options{Logger: slog.New(slog.DiscardHandler), PollInterval: 50 * time.Millisecond,
 		osNowFunc: func() time.Time { return time.Now().Add(skew) }}
+	var wrap func(store.Store) store.Store
 	if w != nil {
-		o.wrapStorage = func(s storage) storage { w.storage = s; return w }
+		wrap = func(s store.Store) store.Store { w.Store = s; return w }
 	}
-	e, err := New(pool, o)
+	e, err := newOnPool(pool, o, wrap)
 	require.NoError(t, err)
 	return e
 }

@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
@@ -31,7 +29,7 @@ import (
 // checks this). With no codec it still reads: an envelope then fails with
 // codec.ErrNoCodec instead of reaching workflow code as a zero value.
 type codecStorage struct {
-	storage
+	store.Store
 	c   codec.PayloadCodec
 	log *slog.Logger
 }
@@ -41,12 +39,8 @@ type codecStorage struct {
 const codecRetryDelay = time.Minute
 
 // withCodec returns s with every payload passed through c.
-func withCodec(s storage, c codec.PayloadCodec, log *slog.Logger) storage {
-	return codecStorage{storage: s, c: c, log: log}
-}
-
-func (s codecStorage) WithTx(tx pgx.Tx) storage {
-	return codecStorage{storage: s.storage.WithTx(tx), c: s.c, log: s.log}
+func withCodec(s store.Store, c codec.PayloadCodec, log *slog.Logger) store.Store {
+	return codecStorage{Store: s, c: c, log: log}
 }
 
 func (s codecStorage) encode(p json.RawMessage) (json.RawMessage, error) {
@@ -216,7 +210,7 @@ func (s codecStorage) CreateRun(ctx context.Context, in store.CreateRunParams) (
 		}
 		in.First = &first
 	}
-	r, err := s.storage.CreateRun(ctx, in)
+	r, err := s.Store.CreateRun(ctx, in)
 	if err == nil {
 		r.Input = plain
 		r.Ready = s.decodeReady(r.Ready)
@@ -235,7 +229,7 @@ func (s codecStorage) CommitWorkflowTask(ctx context.Context, in store.CommitWor
 	if err != nil {
 		return store.Ready{}, fmt.Errorf("commit workflow task of run %s: %w", in.RunID, err)
 	}
-	ready, err := s.storage.CommitWorkflowTask(ctx, enc)
+	ready, err := s.Store.CommitWorkflowTask(ctx, enc)
 	return s.decodeReady(ready), err
 }
 
@@ -304,12 +298,12 @@ func (s codecStorage) ResolveActivity(ctx context.Context, in store.ResolveActiv
 		return store.Ready{}, fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)
 	}
 	in.Event = ev
-	ready, err := s.storage.ResolveActivity(ctx, in)
+	ready, err := s.Store.ResolveActivity(ctx, in)
 	return s.decodeReady(ready), err
 }
 
-func (s codecStorage) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error) {
-	f, tasks, err := s.storage.FireTimersClaiming(ctx, in) // TimerFired carries no payload: nothing to encode
+func (s codecStorage) FireTimers(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error) {
+	f, tasks, err := s.Store.FireTimers(ctx, in) // TimerFired carries no payload: nothing to encode
 	return f, s.decodeReady(store.Ready{WorkflowTasks: tasks}).WorkflowTasks, err
 }
 
@@ -323,7 +317,7 @@ func (s codecStorage) SignalRun(ctx context.Context, in store.SignalParams, even
 	if err := s.checkRunDecodes(ctx, in.WorkflowID, event); err != nil {
 		return store.Ready{}, fmt.Errorf("%s to workflow %q: %w", event.EventType(), in.WorkflowID, err)
 	}
-	ready, err := s.storage.SignalRun(ctx, in, ev)
+	ready, err := s.Store.SignalRun(ctx, in, ev)
 	return s.decodeReady(ready), err
 }
 
@@ -355,7 +349,7 @@ func (s codecStorage) checkRunDecodes(ctx context.Context, workflowID string, ev
 	}); err != nil || !carries {
 		return err
 	}
-	r, err := s.storage.GetRunByWorkflowID(ctx, workflowID)
+	r, err := s.Store.GetRunByWorkflowID(ctx, workflowID)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil
@@ -381,7 +375,7 @@ func (s codecStorage) checkRunDecodes(ctx context.Context, workflowID string, ev
 // payload of the run's history, nil if it decodes or there is none; err is
 // the error of reading the history.
 func (s codecStorage) newestPayloadDecodes(ctx context.Context, runID string) (derr, err error) {
-	events, err := s.storage.ListEvents(ctx, runID, 0)
+	events, err := s.Store.ListEvents(ctx, runID, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -408,14 +402,14 @@ func (s codecStorage) HeartbeatActivity(ctx context.Context, in store.HeartbeatP
 	if err := field("details", &in.Details, s.encode); err != nil {
 		return fmt.Errorf("heartbeat of activity task %d: %w", in.TaskID, err)
 	}
-	return s.storage.HeartbeatActivity(ctx, in)
+	return s.Store.HeartbeatActivity(ctx, in)
 }
 
 func (s codecStorage) EnqueueJob(ctx context.Context, in store.EnqueueJobParams) (int64, bool, error) {
 	if err := field("input", &in.Task.Input, s.encode); err != nil {
 		return 0, false, fmt.Errorf("enqueue job %s: %w", in.Task.Activity, err)
 	}
-	return s.storage.EnqueueJob(ctx, in)
+	return s.Store.EnqueueJob(ctx, in)
 }
 
 // RedriveDeadLetter gives in.Task the failed activity's input decoded, so
@@ -434,7 +428,7 @@ func (s codecStorage) RedriveDeadLetter(ctx context.Context, in store.RedrivePar
 		t.Input = stored // the task's input is the activity's
 		return t, err
 	}
-	res, err := s.storage.RedriveDeadLetter(ctx, in)
+	res, err := s.Store.RedriveDeadLetter(ctx, in)
 	res.Ready = s.decodeReady(res.Ready)
 	return res, err
 }
@@ -442,15 +436,15 @@ func (s codecStorage) RedriveDeadLetter(ctx context.Context, in store.RedrivePar
 // Reads.
 
 func (s codecStorage) GetRun(ctx context.Context, runID string) (store.Run, error) {
-	return s.decodeRun(s.storage.GetRun(ctx, runID))
+	return s.decodeRun(s.Store.GetRun(ctx, runID))
 }
 
 func (s codecStorage) GetRunByWorkflowID(ctx context.Context, workflowID string) (store.Run, error) {
-	return s.decodeRun(s.storage.GetRunByWorkflowID(ctx, workflowID))
+	return s.decodeRun(s.Store.GetRunByWorkflowID(ctx, workflowID))
 }
 
 func (s codecStorage) ListEvents(ctx context.Context, runID string, afterID int64) ([]history.Event, error) {
-	events, err := s.storage.ListEvents(ctx, runID, afterID)
+	events, err := s.Store.ListEvents(ctx, runID, afterID)
 	if err != nil {
 		return events, err
 	}
@@ -463,7 +457,7 @@ func (s codecStorage) ListEvents(ctx context.Context, runID string, afterID int6
 // ListEventsOfRuns leaves out the runs whose events do not decode: their
 // tasks read their own history and meet the error there.
 func (s codecStorage) ListEventsOfRuns(ctx context.Context, runIDs []string) (map[string][]history.Event, error) {
-	byRun, err := s.storage.ListEventsOfRuns(ctx, runIDs)
+	byRun, err := s.Store.ListEventsOfRuns(ctx, runIDs)
 	for runID, events := range byRun {
 		if s.decodeEvents(runID, events) != nil {
 			delete(byRun, runID)
@@ -476,7 +470,7 @@ func (s codecStorage) ListEventsOfRuns(ctx context.Context, runIDs []string) (ma
 // worker then reads the run's history, meets the error there and fails the
 // task with it, for all to see, until a worker with the right codec runs it.
 func (s codecStorage) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
-	tasks, err := s.storage.ClaimWorkflowTasks(ctx, in)
+	tasks, err := s.Store.ClaimWorkflowTasks(ctx, in)
 	for i := range tasks {
 		if s.decodeEvents(tasks[i].RunID, tasks[i].Events) != nil {
 			tasks[i].Events = nil
@@ -492,7 +486,7 @@ func (s codecStorage) ClaimWorkflowTasks(ctx context.Context, in store.ClaimPara
 // these tasks, so one that does not decode is returned as it is: its
 // failure needs none of its payloads.
 func (s codecStorage) UnstartedActivities(ctx context.Context, now time.Time, limit int) ([]store.ActivityTask, error) {
-	tasks, err := s.storage.UnstartedActivities(ctx, now, limit)
+	tasks, err := s.Store.UnstartedActivities(ctx, now, limit)
 	for i := range tasks {
 		t := tasks[i]
 		if s.decodeActivityTask(&t) == nil {
@@ -503,7 +497,7 @@ func (s codecStorage) UnstartedActivities(ctx context.Context, now time.Time, li
 }
 
 func (s codecStorage) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
-	tasks, err := s.storage.ClaimActivityTasks(ctx, in)
+	tasks, err := s.Store.ClaimActivityTasks(ctx, in)
 	if err != nil {
 		return tasks, err
 	}
@@ -519,7 +513,7 @@ func (s codecStorage) ClaimActivityTasks(ctx context.Context, in store.ClaimPara
 			TaskID: t.ID, Attempt: t.Attempt, RunAfter: in.Now.Add(codecRetryDelay), Now: in.Now,
 			Error: derr.Error(), ErrorClass: "codec", RateLimited: true,
 		}
-		if rerr := s.storage.RetryActivity(ctx, retry); rerr != nil {
+		if rerr := s.Store.RetryActivity(ctx, retry); rerr != nil {
 			s.log.LogAttrs(ctx, slog.LevelWarn, "activity payload does not decode on this worker; the task waits for its lease to end",
 				append(attrs, slog.String("release_error", rerr.Error()))...)
 			continue
@@ -531,12 +525,12 @@ func (s codecStorage) ClaimActivityTasks(ctx context.Context, in store.ClaimPara
 }
 
 func (s codecStorage) TerminateRun(ctx context.Context, in store.TerminateParams) (store.Ready, error) {
-	ready, err := s.storage.TerminateRun(ctx, in)
+	ready, err := s.Store.TerminateRun(ctx, in)
 	return s.decodeReady(ready), err
 }
 
 func (s codecStorage) ListDeadLetters(ctx context.Context, f store.DeadLetterFilter) ([]store.DeadLetter, error) {
-	ds, err := s.storage.ListDeadLetters(ctx, f)
+	ds, err := s.Store.ListDeadLetters(ctx, f)
 	if err != nil {
 		return ds, err
 	}
@@ -549,7 +543,7 @@ func (s codecStorage) ListDeadLetters(ctx context.Context, f store.DeadLetterFil
 }
 
 func (s codecStorage) GetDeadLetter(ctx context.Context, id int64) (store.DeadLetter, error) {
-	d, err := s.storage.GetDeadLetter(ctx, id)
+	d, err := s.Store.GetDeadLetter(ctx, id)
 	if err != nil {
 		return d, err
 	}
@@ -560,7 +554,7 @@ func (s codecStorage) GetDeadLetter(ctx context.Context, id int64) (store.DeadLe
 }
 
 func (s codecStorage) ListPendingActivities(ctx context.Context, runID string) ([]store.PendingActivity, error) {
-	acts, err := s.storage.ListPendingActivities(ctx, runID)
+	acts, err := s.Store.ListPendingActivities(ctx, runID)
 	if err != nil {
 		return acts, err
 	}
@@ -576,7 +570,20 @@ func (s codecStorage) ListPendingActivities(ctx context.Context, runID string) (
 	return acts, nil
 }
 
-var _ storage = codecStorage{}
+// Notify sends notes as they are: a close note carries its run's outcome
+// only when there is no codec (Engine.closeNote).
+func (s codecStorage) Notify(ctx context.Context, notes []store.Note) error {
+	return s.Store.Notify(ctx, notes)
+}
+
+// Listen delivers notes as they come: a close note whose outcome is in an
+// envelope (from an engine with a codec) is not used; its run is read
+// (hub.dispatch).
+func (s codecStorage) Listen(ctx context.Context, onListen func(), deliver func(store.Note)) error {
+	return s.Store.Listen(ctx, onListen, deliver)
+}
+
+var _ store.Store = codecStorage{}
 
 // codecKey carries the engine's codec in an activity's context, for
 // ExactlyOnce.

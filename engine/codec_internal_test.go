@@ -68,10 +68,10 @@ func carriesPayload(t reflect.Type, seen map[reflect.Type]bool) bool {
 	return false
 }
 
-// TestCodecStorageOverridesEveryPayloadMethod: every storage method whose
+// TestCodecStorageOverridesEveryPayloadMethod: every store method whose
 // parameters or results can carry a payload is declared on codecStorage in
-// codec.go, not promoted from the embedded storage. A method added to the
-// storage interface with a payload fails here until the codec handles it.
+// codec.go, not promoted from the embedded store. A method added to the
+// store interface with a payload fails here until the codec handles it.
 func TestCodecStorageOverridesEveryPayloadMethod(t *testing.T) {
 	t.Parallel()
 	f, err := parser.ParseFile(token.NewFileSet(), "codec.go", nil, parser.SkipObjectResolution)
@@ -86,16 +86,15 @@ func TestCodecStorageOverridesEveryPayloadMethod(t *testing.T) {
 			declared[fn.Name.Name] = true
 		}
 	}
-	st := reflect.TypeFor[storage]()
+	st := reflect.TypeFor[store.Store]()
 	var payloadMethods []string
 	for i := range st.NumMethod() {
 		m := st.Method(i)
 		if carriesPayload(m.Type, map[reflect.Type]bool{}) {
 			payloadMethods = append(payloadMethods, m.Name)
-			require.True(t, declared[m.Name], "storage.%s carries payloads: codecStorage must encode or decode them", m.Name)
+			require.True(t, declared[m.Name], "store.Store.%s carries payloads: codecStorage must encode or decode them", m.Name)
 		}
 	}
-	require.True(t, declared["WithTx"], "a transaction's storage is wrapped too")
 	require.Contains(t, payloadMethods, "CommitWorkflowTask", "the payload detector works")
 	require.NotContains(t, payloadMethods, "NextDue", "the payload detector works")
 }
@@ -147,7 +146,7 @@ func TestCodecCoversEveryEventPayload(t *testing.T) {
 // encode some payloads.
 type codecStores struct {
 	pool                             *pgxpool.Pool
-	base, key1, key2, none, refusing storage
+	base, key1, key2, none, refusing store.Store
 	ctx                              context.Context
 	now                              time.Time
 }
@@ -155,7 +154,7 @@ type codecStores struct {
 func setupCodecStores(t *testing.T) *codecStores {
 	t.Helper()
 	pool := pgtest.Pool(t)
-	base := pgStorage{postgres.New(pool)}
+	base := store.Store(postgres.New(pool))
 	c1, err := codec.AESGCM(bytes.Repeat([]byte{1}, 32))
 	require.NoError(t, err)
 	c2, err := codec.AESGCM(bytes.Repeat([]byte{2}, 32))
@@ -199,7 +198,7 @@ func TestCodecActivityTaskWithWrongKeyIsGivenBack(t *testing.T) {
 			FROM durable_activity_tasks WHERE id = $1`, id).Scan(&attempt, &maxAttempts, &lastError, &runAfter, &locked))
 		return
 	}
-	for i, wrong := range []storage{s.key2, s.none} {
+	for i, wrong := range []store.Store{s.key2, s.none} {
 		at := now.Add(time.Duration(i) * codecRetryDelay)
 		tasks, err := wrong.ClaimActivityTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "wrong", Limit: 10, Now: at})
 		require.NoError(t, err)
@@ -320,7 +319,7 @@ func TestCodecSignalIsCheckedAgainstWhatTheRunHolds(t *testing.T) {
 	runID := uuid.NewString()
 	_, err := s.none.CreateRun(ctx, store.CreateRunParams{RunID: runID, WorkflowID: "w", WorkflowType: "W", Queue: "q", Input: json.RawMessage(`1`), Now: now})
 	require.NoError(t, err)
-	signal := func(st storage, payload string) error {
+	signal := func(st store.Store, payload string) error {
 		_, err := st.SignalRun(ctx, store.SignalParams{WorkflowID: "w", Now: now}, history.SignalReceived{Name: "s", Payload: json.RawMessage(payload)})
 		return err
 	}

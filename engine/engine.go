@@ -14,13 +14,12 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/internal/osclock"
-	"github.com/durable-go/durable/internal/store/postgres"
+	"github.com/durable-go/durable/internal/store"
 )
 
 // Options configure an Engine. The zero value works: one queue named
@@ -137,8 +136,6 @@ type Options struct {
 	// codec encoded is an error naming the run and the payload.
 	Codec codec.PayloadCodec
 
-	// wrapStorage, set by tests, wraps the engine's storage (fault injection).
-	wrapStorage func(storage) storage
 	// queuesFromRegistrations is set by withDefaults when Queues was not
 	// given: Run then polls every queue a registration names too.
 	queuesFromRegistrations bool
@@ -277,8 +274,9 @@ func (o Options) validate() error {
 // (Start, Signal, Result) and, once Run is called, the worker. Every method is
 // safe for concurrent use.
 type Engine struct {
-	pool  *pgxpool.Pool
-	store storage
+	store store.Store // the payload codec over the database's store
+	pg    *pgBackend  // the Postgres store, if it is one (postgres.go)
+	wrap  func(store.Store) store.Store
 	opts  Options
 	log   *slog.Logger
 
@@ -305,20 +303,19 @@ type Engine struct {
 	tracer    trace.Tracer
 }
 
-// New returns an engine on pool and brings the database schema up to date
-// (unless Options.SkipMigrate). The pool stays the caller's: the engine never
-// closes it.
-func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
-	if pool == nil {
-		return nil, errors.New("engine: nil pool")
-	}
+// newEngine returns an engine on st and brings the database schema up to
+// date (unless Options.SkipMigrate). pg is set when st is the Postgres
+// store, for the calls that run in a caller's transaction. wrap, if set,
+// stands between the engine and every store it uses (the tests' fault
+// injector); the payload codec stands above it.
+func newEngine(st store.Store, pg *pgBackend, opts Options, wrap func(store.Store) store.Store) (*Engine, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
 	opts = opts.withDefaults()
 	e := &Engine{
-		pool:       pool,
-		store:      pgStorage{newStore(pool, opts)},
+		pg:         pg,
+		wrap:       wrap,
 		opts:       opts,
 		log:        opts.Logger,
 		workflows:  map[string]*workflowDef{},
@@ -329,12 +326,9 @@ func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
 		metrics:    newMetrics(),
 		tracer:     newTracer(opts.TracerProvider),
 	}
-	e.backlog.ready = func(queue string) { e.hub.publish("a:" + queue) }
-	if opts.wrapStorage != nil {
-		e.store = opts.wrapStorage(e.store)
-	}
-	e.store = withCodec(e.store, opts.Codec, e.log)
-	e.hub = newHub(pool, e.log)
+	e.store = e.layered(st)
+	e.backlog.ready = func(queue string) { e.hub.publish(activityTasksNote(queue)) }
+	e.hub = newHub(e.store, e.log)
 	e.hub.backstop = func(ctx context.Context, runIDs []string) ([]string, error) {
 		return e.store.NotRunning(ctx, runIDs)
 	}
@@ -342,19 +336,19 @@ func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if opts.SkipMigrate {
-		v, err := postgres.CurrentVersion(ctx, pool)
+		have, want, err := e.store.SchemaVersion(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
-		if want := postgres.SchemaVersion(); v != want {
-			return nil, fmt.Errorf("engine: schema is at version %d, this build needs %d: run `durable migrate`", v, want)
+		if have != want {
+			return nil, fmt.Errorf("engine: schema is at version %d, this build needs %d: run `durable migrate`", have, want)
 		}
-	} else if _, err := postgres.Migrate(ctx, pool); err != nil {
+	} else if _, err := e.store.Migrate(ctx); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	e.nowFunc = opts.NowFunc
 	if e.nowFunc == nil {
-		c, err := newDBClock(ctx, postgres.New(pool).Now, opts.osNowFunc, e.log)
+		c, err := newDBClock(ctx, e.store.Now, opts.osNowFunc, e.log)
 		if err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
@@ -366,6 +360,15 @@ func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// layered returns st as the engine uses it: below the payload codec, and
+// above wrap if it is set.
+func (e *Engine) layered(st store.Store) store.Store {
+	if e.wrap != nil {
+		st = e.wrap(st)
+	}
+	return withCodec(st, e.opts.Codec, e.log)
 }
 
 // registerMetrics registers the engine's metrics on Options.Registerer, all

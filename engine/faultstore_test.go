@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
 )
@@ -84,8 +82,8 @@ func newFaultInjector(seed uint64, rate float64) *faultInjector {
 	}
 }
 
-// wrap is an Options.wrapStorage.
-func (f *faultInjector) wrap(s storage) storage { return &faultStore{storage: s, f: f} }
+// wrap puts f between an engine and its store (newOnPool).
+func (f *faultInjector) wrap(s store.Store) store.Store { return &faultStore{Store: s, f: f} }
 
 // force makes the next calls of method meet fates, in order, before the
 // random stream resumes.
@@ -200,12 +198,8 @@ func (f *faultInjector) report() string {
 // calls fail before they run, and (for writes) about rate run and then
 // report a timeout. Admin reads (Describe's lists, stats) pass through.
 type faultStore struct {
-	storage
+	store.Store
 	f *faultInjector
-}
-
-func (s *faultStore) WithTx(tx pgx.Tx) storage {
-	return &faultStore{storage: s.storage.WithTx(tx), f: s.f}
 }
 
 // read runs a read, failing it before it runs by the method's fate.
@@ -259,7 +253,7 @@ func recorded[T any](s *faultStore, method, key string, call func() (T, error)) 
 
 func (s *faultStore) CreateRun(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
 	return write(s, "CreateRun", in.WorkflowID, recorded(s, "CreateRun", in.WorkflowID, func() (store.Run, error) {
-		r, err := s.storage.CreateRun(ctx, in)
+		r, err := s.Store.CreateRun(ctx, in)
 		if err == nil && in.First != nil {
 			s.f.record("EagerStart", in.WorkflowID) // the run came with its first task
 		}
@@ -268,19 +262,19 @@ func (s *faultStore) CreateRun(ctx context.Context, in store.CreateRunParams) (s
 }
 
 func (s *faultStore) GetRun(ctx context.Context, runID string) (store.Run, error) {
-	return read(s, "GetRun", func() (store.Run, error) { return s.storage.GetRun(ctx, runID) })
+	return read(s, "GetRun", func() (store.Run, error) { return s.Store.GetRun(ctx, runID) })
 }
 
 func (s *faultStore) GetRunByWorkflowID(ctx context.Context, workflowID string) (store.Run, error) {
-	return read(s, "GetRunByWorkflowID", func() (store.Run, error) { return s.storage.GetRunByWorkflowID(ctx, workflowID) })
+	return read(s, "GetRunByWorkflowID", func() (store.Run, error) { return s.Store.GetRunByWorkflowID(ctx, workflowID) })
 }
 
 func (s *faultStore) ListEvents(ctx context.Context, runID string, afterID int64) ([]history.Event, error) {
-	return read(s, "ListEvents", func() ([]history.Event, error) { return s.storage.ListEvents(ctx, runID, afterID) })
+	return read(s, "ListEvents", func() ([]history.Event, error) { return s.Store.ListEvents(ctx, runID, afterID) })
 }
 
 func (s *faultStore) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
-	return write(s, "ClaimWorkflowTasks", "", func() ([]store.WorkflowTask, error) { return s.storage.ClaimWorkflowTasks(ctx, in) })
+	return write(s, "ClaimWorkflowTasks", "", func() ([]store.WorkflowTask, error) { return s.Store.ClaimWorkflowTasks(ctx, in) })
 }
 
 func (s *faultStore) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowTaskParams) (store.Ready, error) {
@@ -288,27 +282,27 @@ func (s *faultStore) CommitWorkflowTask(ctx context.Context, in store.CommitWork
 	if in.Outcome != nil { // a fused step: an activity outcome too
 		method = "FusedStep"
 	}
-	return write(s, method, "", func() (store.Ready, error) { return s.storage.CommitWorkflowTask(ctx, in) })
+	return write(s, method, "", func() (store.Ready, error) { return s.Store.CommitWorkflowTask(ctx, in) })
 }
 
 func (s *faultStore) FailWorkflowTask(ctx context.Context, in store.FailWorkflowTaskParams) error {
-	return write0(s, "FailWorkflowTask", func() error { return s.storage.FailWorkflowTask(ctx, in) })
+	return write0(s, "FailWorkflowTask", func() error { return s.Store.FailWorkflowTask(ctx, in) })
 }
 
 func (s *faultStore) ReleaseWorkflowTasks(ctx context.Context, in store.ReleaseParams) error {
-	return write0(s, "ReleaseWorkflowTasks", func() error { return s.storage.ReleaseWorkflowTasks(ctx, in) })
+	return write0(s, "ReleaseWorkflowTasks", func() error { return s.Store.ReleaseWorkflowTasks(ctx, in) })
 }
 
 func (s *faultStore) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
-	return write(s, "ClaimActivityTasks", "", func() ([]store.ActivityTask, error) { return s.storage.ClaimActivityTasks(ctx, in) })
+	return write(s, "ClaimActivityTasks", "", func() ([]store.ActivityTask, error) { return s.Store.ClaimActivityTasks(ctx, in) })
 }
 
 func (s *faultStore) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) (store.Ready, error) {
-	return write(s, "ResolveActivity", "", func() (store.Ready, error) { return s.storage.ResolveActivity(ctx, in) })
+	return write(s, "ResolveActivity", "", func() (store.Ready, error) { return s.Store.ResolveActivity(ctx, in) })
 }
 
 func (s *faultStore) RetryActivity(ctx context.Context, in store.RetryActivityParams) error {
-	return write0(s, "RetryActivity", func() error { return s.storage.RetryActivity(ctx, in) })
+	return write0(s, "RetryActivity", func() error { return s.Store.RetryActivity(ctx, in) })
 }
 
 func (s *faultStore) NextDue(ctx context.Context, kind, queue string) (time.Time, bool, error) {
@@ -317,22 +311,22 @@ func (s *faultStore) NextDue(ctx context.Context, kind, queue string) (time.Time
 		ok bool
 	}
 	d, err := read(s, "NextDue", func() (due, error) {
-		t, ok, err := s.storage.NextDue(ctx, kind, queue)
+		t, ok, err := s.Store.NextDue(ctx, kind, queue)
 		return due{t, ok}, err
 	})
 	return d.t, d.ok, err
 }
 
 func (s *faultStore) SignalRun(ctx context.Context, in store.SignalParams, event history.Attributes) (store.Ready, error) {
-	return write(s, "SignalRun", in.WorkflowID, recorded(s, "SignalRun", in.WorkflowID, func() (store.Ready, error) { return s.storage.SignalRun(ctx, in, event) }))
+	return write(s, "SignalRun", in.WorkflowID, recorded(s, "SignalRun", in.WorkflowID, func() (store.Ready, error) { return s.Store.SignalRun(ctx, in, event) }))
 }
 
 func (s *faultStore) TerminateRun(ctx context.Context, in store.TerminateParams) (store.Ready, error) {
-	return write(s, "TerminateRun", in.WorkflowID, recorded(s, "TerminateRun", in.WorkflowID, func() (store.Ready, error) { return s.storage.TerminateRun(ctx, in) }))
+	return write(s, "TerminateRun", in.WorkflowID, recorded(s, "TerminateRun", in.WorkflowID, func() (store.Ready, error) { return s.Store.TerminateRun(ctx, in) }))
 }
 
 func (s *faultStore) HeartbeatActivity(ctx context.Context, in store.HeartbeatParams) error {
-	return write0(s, "HeartbeatActivity", func() error { return s.storage.HeartbeatActivity(ctx, in) })
+	return write0(s, "HeartbeatActivity", func() error { return s.Store.HeartbeatActivity(ctx, in) })
 }
 
 func (s *faultStore) EnqueueJob(ctx context.Context, in store.EnqueueJobParams) (int64, bool, error) {
@@ -341,7 +335,7 @@ func (s *faultStore) EnqueueJob(ctx context.Context, in store.EnqueueJobParams) 
 		existing bool
 	}
 	j, err := write(s, "EnqueueJob", in.Task.IdempotencyKey, func() (job, error) {
-		id, existing, err := s.storage.EnqueueJob(ctx, in)
+		id, existing, err := s.Store.EnqueueJob(ctx, in)
 		if err == nil && !existing {
 			s.f.record("EnqueueJob", in.Task.IdempotencyKey) // a job was created
 		}
@@ -351,43 +345,43 @@ func (s *faultStore) EnqueueJob(ctx context.Context, in store.EnqueueJobParams) 
 }
 
 func (s *faultStore) ListDeadLetters(ctx context.Context, fl store.DeadLetterFilter) ([]store.DeadLetter, error) {
-	return read(s, "ListDeadLetters", func() ([]store.DeadLetter, error) { return s.storage.ListDeadLetters(ctx, fl) })
+	return read(s, "ListDeadLetters", func() ([]store.DeadLetter, error) { return s.Store.ListDeadLetters(ctx, fl) })
 }
 
 func (s *faultStore) GetDeadLetter(ctx context.Context, id int64) (store.DeadLetter, error) {
-	return read(s, "GetDeadLetter", func() (store.DeadLetter, error) { return s.storage.GetDeadLetter(ctx, id) })
+	return read(s, "GetDeadLetter", func() (store.DeadLetter, error) { return s.Store.GetDeadLetter(ctx, id) })
 }
 
 func (s *faultStore) RedriveDeadLetter(ctx context.Context, in store.RedriveParams) (store.RedriveResult, error) {
-	return write(s, "RedriveDeadLetter", "", func() (store.RedriveResult, error) { return s.storage.RedriveDeadLetter(ctx, in) })
+	return write(s, "RedriveDeadLetter", "", func() (store.RedriveResult, error) { return s.Store.RedriveDeadLetter(ctx, in) })
 }
 
 func (s *faultStore) ReleaseActivityTasks(ctx context.Context, in store.ReleaseParams) error {
-	return write0(s, "ReleaseActivityTasks", func() error { return s.storage.ReleaseActivityTasks(ctx, in) })
+	return write0(s, "ReleaseActivityTasks", func() error { return s.Store.ReleaseActivityTasks(ctx, in) })
 }
 
-func (s *faultStore) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error) {
+func (s *faultStore) FireTimers(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error) {
 	type out struct {
 		f     store.Fired
 		tasks []store.WorkflowTask
 	}
 	o, err := write(s, "FireTimers", "", func() (out, error) {
-		f, tasks, err := s.storage.FireTimersClaiming(ctx, in)
+		f, tasks, err := s.Store.FireTimers(ctx, in)
 		return out{f, tasks}, err
 	})
 	return o.f, o.tasks, err
 }
 
-func (s *faultStore) NextTimerSkipping(ctx context.Context, skip []string) (time.Time, bool, error) {
+func (s *faultStore) NextTimer(ctx context.Context, skip []string) (time.Time, bool, error) {
 	type next struct {
 		t  time.Time
 		ok bool
 	}
 	n, err := read(s, "NextTimer", func() (next, error) {
-		t, ok, err := s.storage.NextTimerSkipping(ctx, skip)
+		t, ok, err := s.Store.NextTimer(ctx, skip)
 		return next{t, ok}, err
 	})
 	return n.t, n.ok, err
 }
 
-var _ storage = (*faultStore)(nil)
+var _ store.Store = (*faultStore)(nil)

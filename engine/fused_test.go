@@ -18,6 +18,7 @@ import (
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/store/postgres"
 	"github.com/durable-go/durable/internal/syncbuf"
 	"github.com/durable-go/durable/workflow"
 )
@@ -26,11 +27,11 @@ import (
 // and beforeMerged, if set, run before each fused commit and each commit of
 // a run-ahead activity's outcome with its schedule.
 type stepCounter struct {
-	storage
+	store.Store
 	mu           sync.Mutex
 	n            stepCounts
-	beforeFused  func(ctx context.Context, s storage, in store.CommitWorkflowTaskParams)
-	beforeMerged func(ctx context.Context, s storage, in store.CommitWorkflowTaskParams)
+	beforeFused  func(ctx context.Context, s store.Store, in store.CommitWorkflowTaskParams)
+	beforeMerged func(ctx context.Context, s store.Store, in store.CommitWorkflowTaskParams)
 }
 
 // stepCounts are what a stepCounter counted.
@@ -77,7 +78,7 @@ func (s *stepCounter) settled(t *testing.T, closed int) stepCounts {
 }
 
 func (s *stepCounter) CreateRun(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
-	r, err := s.storage.CreateRun(ctx, in)
+	r, err := s.Store.CreateRun(ctx, in)
 	if in.First != nil && err == nil {
 		s.count(func(n *stepCounts) { n.eager++ })
 	}
@@ -86,13 +87,13 @@ func (s *stepCounter) CreateRun(ctx context.Context, in store.CreateRunParams) (
 
 func (s *stepCounter) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowTaskParams) (store.Ready, error) {
 	if in.Outcome != nil && s.beforeFused != nil {
-		s.beforeFused(ctx, s.storage, in)
+		s.beforeFused(ctx, s.Store, in)
 	}
 	merged := in.NextEventID != 0 && in.NextEventID != in.ProcessedEventID+1 // carries the outcome it ran past
 	if merged && s.beforeMerged != nil {
-		s.beforeMerged(ctx, s.storage, in)
+		s.beforeMerged(ctx, s.Store, in)
 	}
-	ready, err := s.storage.CommitWorkflowTask(ctx, in)
+	ready, err := s.Store.CommitWorkflowTask(ctx, in)
 	if in.Close != nil && err == nil {
 		s.count(func(n *stepCounts) { n.closed++ })
 	}
@@ -119,33 +120,33 @@ func (s *stepCounter) CommitWorkflowTask(ctx context.Context, in store.CommitWor
 
 func (s *stepCounter) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) (store.Ready, error) {
 	s.count(func(n *stepCounts) { n.resolves++ })
-	return s.storage.ResolveActivity(ctx, in)
+	return s.Store.ResolveActivity(ctx, in)
 }
 
 func (s *stepCounter) ListEvents(ctx context.Context, runID string, afterID int64) ([]history.Event, error) {
 	s.count(func(n *stepCounts) { n.reads++ })
-	return s.storage.ListEvents(ctx, runID, afterID)
+	return s.Store.ListEvents(ctx, runID, afterID)
 }
 
 func (s *stepCounter) ListEventsOfRuns(ctx context.Context, runIDs []string) (map[string][]history.Event, error) {
 	s.count(func(n *stepCounts) { n.batchReads++ })
-	return s.storage.ListEventsOfRuns(ctx, runIDs)
+	return s.Store.ListEventsOfRuns(ctx, runIDs)
 }
 
-func (s *stepCounter) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error) {
-	f, tasks, err := s.storage.FireTimersClaiming(ctx, in)
+func (s *stepCounter) FireTimers(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error) {
+	f, tasks, err := s.Store.FireTimers(ctx, in)
 	s.count(func(n *stepCounts) { n.woken += len(tasks) })
 	return f, tasks, err
 }
 
 func (s *stepCounter) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
-	tasks, err := s.storage.ClaimWorkflowTasks(ctx, in)
+	tasks, err := s.Store.ClaimWorkflowTasks(ctx, in)
 	s.count(func(n *stepCounts) { n.claimed += len(tasks); n.claims++ })
 	return tasks, err
 }
 
 func (s *stepCounter) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
-	tasks, err := s.storage.ClaimActivityTasks(ctx, in)
+	tasks, err := s.Store.ClaimActivityTasks(ctx, in)
 	s.count(func(n *stepCounts) { n.claimedActs += len(tasks); n.activityClaims++ })
 	return tasks, err
 }
@@ -154,12 +155,12 @@ func (s *stepCounter) ReleaseActivityTasks(ctx context.Context, in store.Release
 	if in.TaskID != 0 {
 		s.count(func(n *stepCounts) { n.givenBack++ })
 	}
-	return s.storage.ReleaseActivityTasks(ctx, in)
+	return s.Store.ReleaseActivityTasks(ctx, in)
 }
 
 func (s *stepCounter) GetRun(ctx context.Context, runID string) (store.Run, error) {
 	s.count(func(n *stepCounts) { n.runReads++ })
-	return s.storage.GetRun(ctx, runID)
+	return s.Store.GetRun(ctx, runID)
 }
 
 func incr(_ context.Context, n int) (int, error) { return n + 1, nil }
@@ -242,12 +243,11 @@ func fusedEngine(t *testing.T, sc *stepCounter, log *syncbuf.Buffer, set ...func
 	// does not run its activity ahead: these tests count fused steps.
 	opts := Options{
 		Logger: slog.New(slog.NewTextHandler(log, nil)), PollInterval: 100 * time.Millisecond, ActivityRunAhead: -1,
-		wrapStorage: func(s storage) storage { sc.storage = s; return sc },
 	}
 	for _, f := range set {
 		f(&opts)
 	}
-	e, err := New(pgtest.Pool(t), opts)
+	e, err := newOnPool(pgtest.Pool(t), opts, func(s store.Store) store.Store { sc.Store = s; return sc })
 	require.NoError(t, err)
 	for _, wf := range []func(workflow.Context, int) (int, error){threeIncrs, incrWaitIncr, incrWithDeadline, napTwice, napLong, napBoth} {
 		require.NoError(t, RegisterWorkflow(e, wf, WorkflowOptions{}))
@@ -295,11 +295,9 @@ func TestClientResultTakesTheOutcomeFromTheNotice(t *testing.T) {
 			t.Parallel()
 			worker := fusedEngine(t, &stepCounter{}, &syncbuf.Buffer{}, func(o *Options) { o.Codec = tc.codec })
 			sc := &stepCounter{}
-			client, err := New(worker.pool, Options{
+			client, err := newOnPool(worker.pg.pool, Options{
 				Logger: slog.New(slog.DiscardHandler), SkipMigrate: true, PollInterval: time.Hour, // only a notice ends the wait
-				Codec:       tc.codec,
-				wrapStorage: func(s storage) storage { sc.storage = s; return sc },
-			})
+				Codec: tc.codec}, func(s store.Store) store.Store { sc.Store = s; return sc })
 			require.NoError(t, err)
 			require.NoError(t, RegisterWorkflow(client, threeIncrs, WorkflowOptions{}))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -319,34 +317,37 @@ func TestClientResultTakesTheOutcomeFromTheNotice(t *testing.T) {
 	}
 }
 
-// A close notification carries the outcome when it fits: a result of any
-// JSON, a failure; one too long for a notification, or in the codec's
-// envelope, is read from the run.
-func TestCloseKeyCarriesTheOutcome(t *testing.T) {
+// A close note carries the outcome unless a codec encrypts payloads; one
+// that comes in the codec's envelope anyway (from an engine with a codec
+// of another build) is not delivered: the waiter reads the run.
+func TestCloseNoteLeavesEncryptedOutcomesOut(t *testing.T) {
+	t.Parallel()
+	c := &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`1`)}
 	e := &Engine{}
-	for name, c := range map[string]*store.CloseRun{
-		"completed": {Status: store.StatusCompleted, Result: json.RawMessage(`{"a":[1,"x\ny"]}`)},
-		"failed":    {Status: store.StatusFailed, Failure: &history.Failure{Message: "boom", Class: "x", Attempts: 2}},
-	} {
-		runID, got := parseCloseKey(strings.TrimPrefix(e.closeKey("run-1", c), "c:"))
-		require.Equal(t, "run-1", runID, name)
-		require.Equal(t, c, got, name)
-	}
-	long := &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`"` + strings.Repeat("x", maxNotifyPayload) + `"`)}
-	require.Equal(t, "c:run-2", e.closeKey("run-2", long), "too long: the run alone")
-	runID, got := parseCloseKey("run-3")
-	require.Equal(t, "run-3", runID)
-	require.Nil(t, got, "an older engine's notice: no outcome")
+	require.Equal(t, store.Note{Kind: store.NoteClosed, RunID: "run-1", Close: c}, e.closeNote("run-1", c))
 	aes, err := codec.AESGCM(bytes.Repeat([]byte{5}, 32))
 	require.NoError(t, err)
+	e.opts.Codec = aes
+	require.Nil(t, e.closeNote("run-1", c).Close, "a codec: no outcome")
+
+	h := newHub(postgres.New(pgtest.Pool(t)), slog.New(slog.DiscardHandler))
 	wrapped, err := codec.Wrap(aes, json.RawMessage(`1`))
 	require.NoError(t, err)
-	sealed, err := json.Marshal(closeNote{Status: store.StatusCompleted, Result: wrapped})
-	require.NoError(t, err)
-	_, got = parseCloseKey("run-4\n" + string(sealed))
-	require.Nil(t, got, "an encrypted result is read from the run")
-	e.opts.Codec = aes
-	require.Equal(t, "c:run-5", e.closeKey("run-5", &store.CloseRun{Status: store.StatusCompleted}), "a codec: no outcome")
+	for name, n := range map[string]store.Note{
+		"sealed": {Kind: store.NoteClosed, RunID: "run-2", Close: &store.CloseRun{Status: store.StatusCompleted, Result: wrapped}},
+		"plain":  {Kind: store.NoteClosed, RunID: "run-3", Close: c},
+	} {
+		sub := h.subscribeRun(context.Background(), n.RunID)
+		h.dispatch(n)
+		<-sub.c // woken either way
+		select {
+		case got := <-sub.closed:
+			require.Equal(t, "plain", name, "%s: delivered %v", name, got)
+		default:
+			require.Equal(t, "sealed", name, "%s: not delivered", name)
+		}
+		sub.close()
+	}
 }
 
 // The histories of runs started by a client come with the claim of their
@@ -366,8 +367,7 @@ func TestClaimBringsFirstTasksHistories(t *testing.T) {
 	}
 
 	sc := &stepCounter{}
-	worker, err := New(pool, Options{Logger: slog.New(slog.DiscardHandler), SkipMigrate: true,
-		wrapStorage: func(s storage) storage { sc.storage = s; return sc }})
+	worker, err := newOnPool(pool, Options{Logger: slog.New(slog.DiscardHandler), SkipMigrate: true}, func(s store.Store) store.Store { sc.Store = s; return sc })
 	require.NoError(t, err)
 	require.NoError(t, RegisterWorkflow(worker, threeIncrs, WorkflowOptions{}))
 	require.NoError(t, RegisterActivity(worker, incr, activity.Options{}))
@@ -386,8 +386,8 @@ func TestClaimBringsFirstTasksHistories(t *testing.T) {
 func TestClaimReadsUncachedHistoriesTogether(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	newWorker := func(wrap func(storage) storage) *Engine {
-		e, err := New(pool, Options{Logger: slog.New(slog.DiscardHandler), wrapStorage: wrap})
+	newWorker := func(wrap func(store.Store) store.Store) *Engine {
+		e, err := newOnPool(pool, Options{Logger: slog.New(slog.DiscardHandler)}, wrap)
 		require.NoError(t, err)
 		require.NoError(t, RegisterWorkflow(e, incrWaitIncr, WorkflowOptions{}))
 		require.NoError(t, RegisterActivity(e, incr, activity.Options{}))
@@ -418,7 +418,7 @@ func TestClaimReadsUncachedHistoriesTogether(t *testing.T) {
 	}
 
 	sc := &stepCounter{}
-	second := newWorker(func(s storage) storage { sc.storage = s; return sc })
+	second := newWorker(func(s store.Store) store.Store { sc.Store = s; return sc })
 	runUntilTestEnds(t, second)
 	requireResults(ctx, t, runs, 12)
 	n := sc.snap()
@@ -483,7 +483,7 @@ func TestFusedStepYieldsToANewEvent(t *testing.T) {
 	t.Parallel()
 	sc := &stepCounter{}
 	var once sync.Once
-	sc.beforeFused = func(ctx context.Context, s storage, in store.CommitWorkflowTaskParams) {
+	sc.beforeFused = func(ctx context.Context, s store.Store, in store.CommitWorkflowTaskParams) {
 		once.Do(func() {
 			_, err := s.SignalRun(ctx, store.SignalParams{WorkflowID: in.WorkflowID, Now: in.Now},
 				history.SignalReceived{Name: "add", Payload: []byte("100")})
@@ -592,7 +592,7 @@ func TestFiredTimerHandsTheTaskToItsEngine(t *testing.T) {
 		c0 := sc.snap()
 
 		skew.Add(int64(25 * time.Hour))
-		e.hub.publish("t:") // the scanner looks again, a day later
+		e.hub.publish(timersNote) // the scanner looks again, a day later
 		got, err := r.Result(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 3, got)

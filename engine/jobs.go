@@ -3,12 +3,10 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/history"
@@ -47,17 +45,7 @@ func Enqueue[In, Out any](ctx context.Context, e *Engine, fn func(context.Contex
 	return enqueue(ctx, e, e.store, false, fn, in, o)
 }
 
-// EnqueueTx is Enqueue inside the caller's transaction: the job exists if and
-// only if tx commits. A job enqueued next to a write that then rolls back is
-// never run. Its commit waits for the disk (see StartTx).
-func EnqueueTx[In, Out any](ctx context.Context, e *Engine, tx pgx.Tx, fn func(context.Context, In) (Out, error), in In, o JobOptions) (Job, error) {
-	if tx == nil {
-		return Job{}, errors.New("enqueue job: nil transaction")
-	}
-	return enqueue(ctx, e, e.store.WithTx(tx), true, fn, in, o)
-}
-
-func enqueue(ctx context.Context, e *Engine, s storage, inTx bool, fn any, in any, o JobOptions) (Job, error) {
+func enqueue(ctx context.Context, e *Engine, s store.Store, inTx bool, fn any, in any, o JobOptions) (Job, error) {
 	if err := e.needDB(); err != nil {
 		return Job{}, err
 	}
@@ -98,7 +86,7 @@ func enqueue(ctx context.Context, e *Engine, s storage, inTx bool, fn any, in an
 		return Job{}, err
 	}
 	if !existing && !inTx && e.hub.active() && !runAt.After(now) {
-		e.hub.publish("a:" + t.Queue)
+		e.hub.publish(activityTasksNote(t.Queue))
 	}
 	return Job{ID: id, Key: o.Key, Existing: existing}, nil
 }

@@ -4,63 +4,68 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/durable-go/durable/codec"
-	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
-	"github.com/durable-go/durable/internal/store/postgres"
 )
+
+// Notes that wake pollers: work of a kind on a queue.
+func workflowTasksNote(queue string) store.Note {
+	return store.Note{Kind: store.NoteWorkflowTasks, Queue: queue}
+}
+
+func activityTasksNote(queue string) store.Note {
+	return store.Note{Kind: store.NoteActivityTasks, Queue: queue}
+}
+
+var timersNote = store.Note{Kind: store.NoteTimers}
+
+// readyNotes are the notes of the work r made ready.
+func readyNotes(r store.Ready) []store.Note {
+	var notes []store.Note
+	for _, q := range r.WorkflowQueues {
+		notes = append(notes, workflowTasksNote(q))
+	}
+	for _, q := range r.ActivityQueues {
+		notes = append(notes, activityTasksNote(q))
+	}
+	return notes
+}
 
 // announce wakes the workers that r concerns.
 func (e *Engine) announce(r store.Ready) {
-	var keys []string
-	for _, q := range r.WorkflowQueues {
-		keys = append(keys, "w:"+q)
-	}
-	for _, q := range r.ActivityQueues {
-		keys = append(keys, "a:"+q)
-	}
+	notes := readyNotes(r)
 	if r.ClosedRun != "" {
 		// Only this engine waits for a run it started and nobody else said
 		// they wait for (store.Run.Waiter): it learns of the close below.
 		if r.Closed == nil || r.CloseWaiter != e.hub.id {
-			keys = append(keys, e.closeKey(r.ClosedRun, r.Closed))
+			notes = append(notes, e.closeNote(r.ClosedRun, r.Closed))
 		}
 		if r.Closed != nil {
 			e.hub.deliverClose(r.ClosedRun, r.Closed)
 		}
 	}
 	if r.TimerAt != nil {
-		keys = append(keys, "t:")
+		notes = append(notes, timersNote)
 	}
-	if len(keys) > 0 {
-		e.hub.publish(keys...)
+	if len(notes) > 0 {
+		e.hub.publish(notes...)
 	}
 }
 
 // publishNow sends r's notifications at once, for a caller outside Run.
 func (h *hub) publishNow(ctx context.Context, r store.Ready) {
-	var keys []string
-	for _, q := range r.WorkflowQueues {
-		keys = append(keys, "w:"+q)
-	}
-	for _, q := range r.ActivityQueues {
-		keys = append(keys, "a:"+q)
-	}
+	notes := readyNotes(r)
 	if r.ClosedRun != "" {
-		keys = append(keys, "c:"+r.ClosedRun)
+		notes = append(notes, store.Note{Kind: store.NoteClosed, RunID: r.ClosedRun})
 	}
-	if len(keys) == 0 {
+	if len(notes) == 0 {
 		return
 	}
-	if _, err := h.pool.Exec(ctx, sendNotificationsSQL, keys); err != nil {
+	if err := h.store.Notify(ctx, notes); err != nil {
 		h.log.LogAttrs(ctx, slog.LevelWarn, "send notifications; workers pick the work up at their next poll",
 			slog.String("error", err.Error()))
 	}
@@ -71,9 +76,9 @@ func (h *hub) publishNow(ctx context.Context, r store.Ready) {
 // uses it: the first user starts it, the last one stops it.
 type hub struct {
 	// id names this engine to the runs it starts (store.Run.Waiter).
-	id   string
-	pool *pgxpool.Pool
-	log  *slog.Logger
+	id    string
+	store store.Store
+	log   *slog.Logger
 	// db logs the outages the listener, the sender and the engine's other
 	// background loops run into, once each.
 	db *dbHealth
@@ -88,10 +93,10 @@ type hub struct {
 	linger time.Duration
 
 	mu      sync.Mutex // guards the subscriber maps, pending, and what follows
-	wakes   map[string][]*waker
+	wakes   map[store.Note][]*waker
 	waiters map[string]map[chan struct{}]struct{}
 	closes  map[string]map[chan *store.CloseRun]struct{}
-	pending map[string]bool // notifications for other processes, not yet sent
+	pending map[store.Note]bool // notifications for other processes, not yet sent
 	flush   chan struct{}
 	// recent are the runs seen to close in the last closeMemory, with how
 	// they closed if it was here (nil: elsewhere), oldest first in
@@ -101,8 +106,8 @@ type hub struct {
 	recentLog []recentClose
 	listening time.Time
 
-	gap  time.Duration  // the least time between two busy sends: notifyGap
-	sent func([]string) // for tests: called with each send's keys, before it
+	gap  time.Duration      // the least time between two busy sends: notifyGap
+	sent func([]store.Note) // for tests: called with each send's notes, before it
 
 	// backstop says which of the runs waited on here are not running, for
 	// closes whose notification was lost. It runs every backstopEvery, and
@@ -192,12 +197,12 @@ type waker struct {
 	hasFree func() bool
 }
 
-func newHub(pool *pgxpool.Pool, log *slog.Logger) *hub {
+func newHub(s store.Store, log *slog.Logger) *hub {
 	return &hub{
-		id: newHubID(), pool: pool, log: log, db: &dbHealth{log: log},
-		wakes: map[string][]*waker{}, waiters: map[string]map[chan struct{}]struct{}{},
+		id: newHubID(), store: s, log: log, db: &dbHealth{log: log},
+		wakes: map[store.Note][]*waker{}, waiters: map[string]map[chan struct{}]struct{}{},
 		closes:  map[string]map[chan *store.CloseRun]struct{}{},
-		pending: map[string]bool{}, flush: make(chan struct{}, 1),
+		pending: map[store.Note]bool{}, flush: make(chan struct{}, 1),
 		recent: map[string]*store.CloseRun{}, gap: notifyGap, recheck: make(chan struct{}, 1), linger: resultLinger,
 	}
 }
@@ -293,9 +298,10 @@ func (h *hub) active() bool {
 }
 
 // wake returns a channel that receives a value (coalesced) whenever work
-// with the key is announced, here or by NOTIFY: "w:<queue>", "a:<queue>" or
-// "t:". hasFree says whether the subscriber could take such work now.
-func (h *hub) wake(key string, hasFree func() bool) *waker {
+// of note key is announced, here or by another engine: workflow or
+// activity tasks of a queue, or timers. hasFree says whether the
+// subscriber could take such work now.
+func (h *hub) wake(key store.Note, hasFree func() bool) *waker {
 	w := &waker{c: make(chan struct{}, 1), hasFree: hasFree}
 	h.mu.Lock()
 	h.wakes[key] = append(h.wakes[key], w)
@@ -303,7 +309,7 @@ func (h *hub) wake(key string, hasFree func() bool) *waker {
 	return w
 }
 
-func (h *hub) unwake(key string, w *waker) {
+func (h *hub) unwake(key store.Note, w *waker) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cs := h.wakes[key]
@@ -376,46 +382,15 @@ func (h *hub) deliverCloseLocked(runID string, c *store.CloseRun) {
 	}
 }
 
-// maxNotifyPayload is the longest payload Postgres's NOTIFY takes (less
-// than 8000 bytes).
-const maxNotifyPayload = 7999
-
-// closeNote is a run's outcome in its close notification.
-type closeNote struct {
-	Status  string           `json:"s"`
-	Result  json.RawMessage  `json:"r,omitempty"`
-	Failure *history.Failure `json:"f,omitempty"`
-}
-
-// closeKey is the notification of run runID's close, "c:<run ID>", followed
-// by its outcome c on a new line when it fits in a notification and is not
-// the codec's to encrypt: a Result waiting in another process then needs
-// no read of the run.
-func (e *Engine) closeKey(runID string, c *store.CloseRun) string {
-	k := "c:" + runID
-	if c == nil || e.opts.Codec != nil {
-		return k
+// closeNote is the note of run runID's close, with its outcome c unless
+// the codec encrypts payloads (a receiver may have no key): a Result
+// waiting in another process then needs no read of the run.
+func (e *Engine) closeNote(runID string, c *store.CloseRun) store.Note {
+	n := store.Note{Kind: store.NoteClosed, RunID: runID}
+	if e.opts.Codec == nil {
+		n.Close = c
 	}
-	b, err := json.Marshal(closeNote{Status: c.Status, Result: c.Result, Failure: c.Failure})
-	if err != nil || len(k)+1+len(b) > maxNotifyPayload {
-		return k
-	}
-	return k + "\n" + string(b)
-}
-
-// parseCloseKey reads what follows "c:" in a close notification: the run,
-// and its outcome if it came with one (nil if not, or if it cannot be
-// used: a result in the codec's envelope is read from the run).
-func parseCloseKey(s string) (runID string, c *store.CloseRun) {
-	runID, note, ok := strings.Cut(s, "\n")
-	if !ok {
-		return runID, nil
-	}
-	var n closeNote
-	if json.Unmarshal([]byte(note), &n) != nil || n.Status == "" || codec.IsWrapped(n.Result) {
-		return runID, nil
-	}
-	return runID, &store.CloseRun{Status: n.Status, Result: n.Result, Failure: n.Failure}
+	return n
 }
 
 func signal(c chan struct{}) {
@@ -425,48 +400,47 @@ func signal(c chan struct{}) {
 	}
 }
 
-func (h *hub) dispatch(payload string) {
+func (h *hub) dispatch(n store.Note) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if key, ok := strings.CutPrefix(payload, "c:"); ok {
-		runID, c := parseCloseKey(key)
-		if c != nil {
-			h.deliverCloseLocked(runID, c) // before the wake: Result takes it then
+	if n.Kind == store.NoteClosed {
+		if c := n.Close; c != nil && !codec.IsWrapped(c.Result) {
+			h.deliverCloseLocked(n.RunID, c) // before the wake: Result takes it then
 		} else {
-			h.remember(runID, nil)
+			h.remember(n.RunID, nil) // read how it closed from the run
 		}
-		for c := range h.waiters[runID] {
+		for c := range h.waiters[n.RunID] {
 			signal(c)
 		}
 		return
 	}
-	for _, w := range h.wakes[payload] {
+	for _, w := range h.wakes[n] {
 		signal(w.c)
 	}
 }
 
-// publish announces keys: to this process's subscribers at once, and to
-// other processes by a NOTIFY that the send loop batches. Work that a local
-// worker with a free slot will take is not announced to other processes.
-func (h *hub) publish(keys ...string) {
+// publish announces notes: to this process's subscribers at once, and to
+// other processes by a notification that the send loop batches. Work that
+// a local worker with a free slot will take is not announced to other
+// processes.
+func (h *hub) publish(notes ...store.Note) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, k := range keys {
+	for _, n := range notes {
 		taken := false
-		if key, ok := strings.CutPrefix(k, "c:"); ok {
-			runID, _ := parseCloseKey(key) // announce delivered the outcome here
-			h.remember(runID, nil)
-			for c := range h.waiters[runID] {
+		if n.Kind == store.NoteClosed {
+			h.remember(n.RunID, nil) // announce delivered the outcome here
+			for c := range h.waiters[n.RunID] {
 				signal(c)
 			}
 		} else {
-			for _, w := range h.wakes[k] {
+			for _, w := range h.wakes[n] {
 				signal(w.c)
 				taken = taken || w.hasFree()
 			}
 		}
 		if !taken {
-			h.pending[k] = true
+			h.pending[n] = true
 		}
 	}
 	signal(h.flush)
@@ -498,18 +472,18 @@ func (h *hub) sendLoop(ctx context.Context, done chan struct{}) {
 			}
 		}
 		h.mu.Lock()
-		keys := make([]string, 0, len(h.pending))
-		for k := range h.pending {
-			keys = append(keys, k)
+		notes := make([]store.Note, 0, len(h.pending))
+		for n := range h.pending {
+			notes = append(notes, n)
 		}
 		clear(h.pending)
 		h.mu.Unlock()
-		if len(keys) > 0 {
+		if len(notes) > 0 {
 			if h.sent != nil {
-				h.sent(keys)
+				h.sent(notes)
 			}
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_, err := h.pool.Exec(sctx, sendNotificationsSQL, keys)
+			err := h.store.Notify(sctx, notes)
 			cancel()
 			// Lost notifications cost other processes latency (their next
 			// poll), never work: they are not sent again.
@@ -539,10 +513,6 @@ func (h *hub) sendLoop(ctx context.Context, done chan struct{}) {
 // scheduled activity did, at most notifyGap later (docs/performance.md,
 // item 43).
 const notifyGap = 5 * time.Millisecond
-
-const sendNotificationsSQL = `
-SELECT count(pg_notify('` + postgres.NotifyChannel + `', k))
-FROM set_config('synchronous_commit', 'off', true), unnest($1::text[]) AS k`
 
 // wakeAll signals every poller, and asks the backstop about every waited
 // run: after a reconnect, notifications may have been lost. Result waiters
@@ -619,7 +589,7 @@ func (h *hub) listen(ctx context.Context, ready chan struct{}) {
 	backoff := 50 * time.Millisecond
 	first := true
 	for ctx.Err() == nil {
-		err := h.listenOnce(ctx, func() {
+		err := h.store.Listen(ctx, func() {
 			h.mu.Lock()
 			h.listening = time.Now()
 			h.mu.Unlock()
@@ -636,7 +606,7 @@ func (h *hub) listen(ctx context.Context, ready chan struct{}) {
 				h.log.LogAttrs(ctx, slog.LevelDebug, "notification listener reconnected")
 			}
 			backoff = 50 * time.Millisecond
-		})
+		}, h.dispatch)
 		h.mu.Lock()
 		h.listening = time.Time{} // a gap: closes elsewhere may go unseen
 		h.mu.Unlock()
@@ -650,36 +620,5 @@ func (h *hub) listen(ctx context.Context, ready chan struct{}) {
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)
-	}
-}
-
-func (h *hub) listenOnce(ctx context.Context, onListen func()) error {
-	conn, err := h.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	pc := conn.Conn()
-	// The connection goes back to the pool when the listener stops (a
-	// client that waits for one Result at a time would otherwise dial a new
-	// connection for each), but only after UNLISTEN; one that cannot say
-	// it is closed instead.
-	defer func() {
-		uctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if _, err := pc.Exec(uctx, "UNLISTEN *"); err != nil {
-			pc.Close(uctx)
-		}
-		conn.Release()
-	}()
-	if _, err := pc.Exec(ctx, "LISTEN "+postgres.NotifyChannel); err != nil {
-		return err
-	}
-	onListen()
-	for {
-		n, err := pc.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		h.dispatch(n.Payload)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/store/postgres"
 )
 
 // Result may skip its first read of a run started here only while the
@@ -20,7 +21,7 @@ import (
 // outcome; one seen only by notification must be read.
 func TestSubscribeSinceTrustsOnlyAnUnbrokenRecord(t *testing.T) {
 	t.Parallel()
-	h := newHub(pgtest.Pool(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h := newHub(postgres.New(pgtest.Pool(t)), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h.acquire() // returns once the LISTEN holds
 	defer h.release()
 	since := time.Now()
@@ -37,7 +38,7 @@ func TestSubscribeSinceTrustsOnlyAnUnbrokenRecord(t *testing.T) {
 	h.deliverClose("closed-here", done)
 	s := check("closed-here", since, true, "closed here: the outcome is at hand")
 	require.Equal(t, done, <-s.closed)
-	h.dispatch("c:closed-elsewhere")
+	h.dispatch(store.Note{Kind: store.NoteClosed, RunID: "closed-elsewhere"})
 	check("closed-elsewhere", since, false, "closed elsewhere: read how")
 	check("running", time.Time{}, false, "not started on a running engine")
 	check("running", time.Now().Add(-time.Hour), false, "started before the LISTEN held, or too long ago")
@@ -54,16 +55,21 @@ func TestSubscribeSinceTrustsOnlyAnUnbrokenRecord(t *testing.T) {
 // one, made when the hub stops.
 func TestBusySendsWaitForTheGap(t *testing.T) {
 	t.Parallel()
-	h := newHub(pgtest.Pool(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h := newHub(postgres.New(pgtest.Pool(t)), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h.gap = time.Hour
 	var (
 		mu      sync.Mutex
 		batches [][]string
 	)
+	queue := func(q string) store.Note { return workflowTasksNote(q) }
 	first, release := make(chan struct{}), make(chan struct{})
-	h.sent = func(keys []string) {
+	h.sent = func(notes []store.Note) {
+		var queues []string
+		for _, n := range notes {
+			queues = append(queues, n.Queue)
+		}
 		mu.Lock()
-		batches = append(batches, slices.Sorted(slices.Values(keys)))
+		batches = append(batches, slices.Sorted(slices.Values(queues)))
 		n := len(batches)
 		mu.Unlock()
 		if n == 1 {
@@ -78,19 +84,19 @@ func TestBusySendsWaitForTheGap(t *testing.T) {
 			h.release()
 		}
 	}()
-	h.publish("x:1") // an idle hub sends at once
+	h.publish(queue("x1")) // an idle hub sends at once
 	<-first
-	h.publish("x:2") // during the first send
+	h.publish(queue("x2")) // during the first send
 	close(release)
 	require.Never(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(batches) > 1
 	}, 100*time.Millisecond, time.Millisecond, "a busy hub waits for the gap")
-	h.publish("x:3")
+	h.publish(queue("x3"))
 	released = true
 	h.release() // the last send
-	require.Equal(t, [][]string{{"x:1"}, {"x:2", "x:3"}}, batches)
+	require.Equal(t, [][]string{{"x1"}, {"x2", "x3"}}, batches)
 }
 
 // The last Result to return leaves the hub listening for a while: the next
@@ -98,7 +104,7 @@ func TestBusySendsWaitForTheGap(t *testing.T) {
 // it). Then the hub stops by itself, and a Run stops it at once.
 func TestHubOutlivesTheLastResultBriefly(t *testing.T) {
 	t.Parallel()
-	h := newHub(pgtest.Pool(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h := newHub(postgres.New(pgtest.Pool(t)), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h.linger = time.Hour
 	s := h.subscribeRun(t.Context(), "a")
 	h.mu.Lock()

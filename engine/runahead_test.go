@@ -19,7 +19,6 @@ import (
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/store"
-	"github.com/durable-go/durable/internal/store/postgres"
 	"github.com/durable-go/durable/internal/syncbuf"
 	"github.com/durable-go/durable/workflow"
 )
@@ -46,10 +45,9 @@ func newRunAheadRig(t *testing.T, window time.Duration, wfs []func(workflow.Cont
 	// No backstop poll: a poller claiming holds every free slot of its
 	// pool meanwhile, and an activity finds none to run ahead in.
 	// Notifications wake the pollers.
-	r.worker, err = New(r.pool, Options{
+	r.worker, err = newOnPool(r.pool, Options{
 		Logger: slog.New(slog.NewJSONHandler(r.log, nil)), SkipMigrate: true, PollInterval: time.Hour,
-		ActivityRunAhead: window, wrapStorage: func(s storage) storage { r.sc.storage = s; return r.sc },
-	})
+		ActivityRunAhead: window}, func(s store.Store) store.Store { r.sc.Store = s; return r.sc })
 	require.NoError(t, err)
 	for _, e := range []*Engine{r.client, r.worker} {
 		for _, wf := range wfs {
@@ -277,7 +275,7 @@ func TestRunAheadYieldsToANewEvent(t *testing.T) {
 	t.Parallel()
 	r := newRunAheadRig(t, 10*time.Second, []func(workflow.Context, int) (int, error){countedWaitIncr}, countedIncr)
 	var once sync.Once
-	r.sc.beforeMerged = func(ctx context.Context, s storage, in store.CommitWorkflowTaskParams) {
+	r.sc.beforeMerged = func(ctx context.Context, s store.Store, in store.CommitWorkflowTaskParams) {
 		once.Do(func() {
 			_, err := s.SignalRun(ctx, store.SignalParams{WorkflowID: in.WorkflowID, Now: in.Now},
 				history.SignalReceived{Name: "add", Payload: []byte("100")})
@@ -309,13 +307,12 @@ func TestRunAheadWhoseScheduleDidNotCommitRunsAgain(t *testing.T) {
 	t.Parallel()
 	r := newRunAheadRig(t, 10*time.Second, []func(workflow.Context, int) (int, error){countedWaitIncr}, countedIncr)
 	var once sync.Once
-	r.sc.beforeMerged = func(ctx context.Context, _ storage, in store.CommitWorkflowTaskParams) {
+	r.sc.beforeMerged = func(ctx context.Context, _ store.Store, in store.CommitWorkflowTaskParams) {
 		once.Do(func() {
 			_, err := r.pool.Exec(ctx, `UPDATE durable_workflow_tasks SET token = nextval('durable_task_token'),
 				locked_by = NULL, locked_until = NULL, run_after = now() WHERE run_id = $1`, in.RunID)
 			require.NoError(t, err)
-			_, err = r.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, postgres.NotifyChannel, "w:"+in.WorkflowQueue)
-			require.NoError(t, err)
+			require.NoError(t, r.worker.store.Notify(ctx, []store.Note{workflowTasksNote(in.WorkflowQueue)}))
 		})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

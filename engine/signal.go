@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/workflow"
@@ -38,16 +36,7 @@ func Signal[T any](ctx context.Context, e *Engine, workflowID, name string, v T)
 	return sendSignal(ctx, e, e.store, false, workflowID, name, v)
 }
 
-// SignalTx is Signal inside the caller's transaction: the signal is sent if
-// and only if tx commits, and its commit waits for the disk (see StartTx).
-func SignalTx[T any](ctx context.Context, e *Engine, tx pgx.Tx, workflowID, name string, v T) error {
-	if tx == nil {
-		return errors.New("signal: nil transaction")
-	}
-	return sendSignal(ctx, e, e.store.WithTx(tx), true, workflowID, name, v)
-}
-
-func sendSignal(ctx context.Context, e *Engine, s storage, inTx bool, workflowID, name string, v any) error {
+func sendSignal(ctx context.Context, e *Engine, s store.Store, inTx bool, workflowID, name string, v any) error {
 	if name == "" {
 		return fmt.Errorf("signal to workflow %q: empty signal name", workflowID)
 	}
@@ -65,7 +54,7 @@ func sendSignal(ctx context.Context, e *Engine, s storage, inTx bool, workflowID
 }
 
 // sendToRun appends ev to the open run of workflowID.
-func (e *Engine) sendToRun(ctx context.Context, s storage, inTx bool, workflowID string, ev history.Attributes) error {
+func (e *Engine) sendToRun(ctx context.Context, s store.Store, inTx bool, workflowID string, ev history.Attributes) error {
 	if err := checkName("workflow ID", workflowID, maxIDLen); err != nil {
 		return fmt.Errorf("%s: %w", ev.EventType(), err)
 	}
@@ -96,12 +85,12 @@ func SignalWithStart[In, Out, T any](ctx context.Context, e *Engine, wf func(wor
 	}
 	o.RejectIfRunning = false
 	var r *Run[Out]
-	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+	err := e.inNewTx(ctx, func(s store.Store) error {
 		var err error
-		if r, err = start[Out](ctx, e, e.store.WithTx(tx), true, wf, in, o); err != nil {
+		if r, err = start[Out](ctx, e, s, true, wf, in, o); err != nil {
 			return err
 		}
-		return sendSignal(ctx, e, e.store.WithTx(tx), true, o.ID, name, v)
+		return sendSignal(ctx, e, s, true, o.ID, name, v)
 	})
 	if err != nil {
 		return nil, err

@@ -70,7 +70,7 @@ func slotEngine(t *testing.T, sc *stepCounter) (run *Run[int], busyRan *atomic.B
 	slotSecondCalls.Store(0)
 	busyRan = &atomic.Bool{}
 	var waited atomic.Bool
-	sc.beforeFused = func(context.Context, storage, store.CommitWorkflowTaskParams) {
+	sc.beforeFused = func(context.Context, store.Store, store.CommitWorkflowTaskParams) {
 		if waited.Swap(true) {
 			return
 		}

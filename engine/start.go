@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -96,22 +95,7 @@ func Start[In, Out any](ctx context.Context, e *Engine, wf func(workflow.Context
 	return start[Out](ctx, e, e.store, false, wf, in, o)
 }
 
-// StartTx is Start inside the caller's transaction: the run exists if and only
-// if tx commits. Use it to start a workflow together with the rows that call
-// for it (the transactional outbox, built in).
-//
-// If tx's commit would not wait for the disk (synchronous_commit off), StartTx
-// makes it wait (SET LOCAL synchronous_commit = local): the run's first
-// activity may start as soon as tx commits, and a Postgres crash must not
-// then lose the run. SignalTx and EnqueueTx do the same.
-func StartTx[In, Out any](ctx context.Context, e *Engine, tx pgx.Tx, wf func(workflow.Context, In) (Out, error), in In, o StartOptions) (*Run[Out], error) {
-	if tx == nil {
-		return nil, errors.New("start workflow: nil transaction")
-	}
-	return start[Out](ctx, e, e.store.WithTx(tx), true, wf, in, o)
-}
-
-func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any, in any, o StartOptions) (*Run[Out], error) {
+func start[Out any](ctx context.Context, e *Engine, s store.Store, inTx bool, wf any, in any, o StartOptions) (*Run[Out], error) {
 	if err := e.needDB(); err != nil {
 		return nil, err
 	}
@@ -216,7 +200,7 @@ func start[Out any](ctx context.Context, e *Engine, s storage, inTx bool, wf any
 	}
 	// A run inserted with its first task (eager) has no task to announce.
 	if !existing && !inTx && p == nil && eager == nil && e.hub.active() {
-		e.hub.publish("w:" + queue)
+		e.hub.publish(workflowTasksNote(queue))
 	}
 	h := &Run[Out]{WorkflowID: r.WorkflowID, RunID: r.RunID, Existing: existing, e: e}
 	if !existing {
@@ -277,7 +261,7 @@ func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 	// being unreachable for now (the run goes on without us). It returns
 	// false for any other error, and ctx's error if ctx ends first.
 	waitOut := func(err error) (bool, error) {
-		if !transient(err) {
+		if !r.e.store.Transient(err) {
 			return false, nil
 		}
 		if !sleepCtx(ctx, backoff) {

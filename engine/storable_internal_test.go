@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/activity"
@@ -18,15 +17,13 @@ import (
 
 // refuseResults is storage that refuses every activity result as the
 // database refuses a value it cannot hold.
-type refuseResults struct{ storage }
-
-func (s refuseResults) WithTx(tx pgx.Tx) storage { return refuseResults{s.storage.WithTx(tx)} }
+type refuseResults struct{ store.Store }
 
 func (s refuseResults) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) (store.Ready, error) {
 	if _, ok := in.Event.(history.ActivityCompleted); ok {
 		return store.Ready{}, fmt.Errorf("resolve activity task %d: %w: invalid byte sequence for encoding \"UTF8\" (SQLSTATE 22021)", in.TaskID, store.ErrUnstorable)
 	}
-	return s.storage.ResolveActivity(ctx, in)
+	return s.Store.ResolveActivity(ctx, in)
 }
 
 func answer(context.Context, int) (int, error) { return 42, nil }
@@ -36,10 +33,8 @@ func answer(context.Context, int) (int, error) { return 42, nil }
 // left to run again at the end of every lease.
 func TestUnstorableResultFailsTheActivity(t *testing.T) {
 	t.Parallel()
-	e, err := New(pgtest.Pool(t), Options{
-		Logger: slog.New(slog.DiscardHandler), PollInterval: 100 * time.Millisecond,
-		wrapStorage: func(s storage) storage { return refuseResults{s} },
-	})
+	e, err := newOnPool(pgtest.Pool(t), Options{
+		Logger: slog.New(slog.DiscardHandler), PollInterval: 100 * time.Millisecond}, func(s store.Store) store.Store { return refuseResults{s} })
 	require.NoError(t, err)
 	require.NoError(t, RegisterActivity(e, answer, activity.Options{StartToCloseTimeout: time.Second}))
 	runUntilTestEnds(t, e)

@@ -178,7 +178,7 @@ func (f *timerFirer) FireTimers(ctx context.Context, now time.Time, limit int) (
 	in := store.FireTimersParams{Now: now, Limit: limit, Skip: e.wakes.waking()}
 	// In a burst of wakes most rounds find nothing due but the runs being
 	// woken; a look at the earliest other timer costs a tenth of a fire.
-	if at, ok, err := e.store.NextTimerSkipping(ctx, in.Skip); err == nil && (!ok || at.After(now)) {
+	if at, ok, err := e.store.NextTimer(ctx, in.Skip); err == nil && (!ok || at.After(now)) {
 		f.peeked = &nextTimer{at: at, ok: ok}
 		return store.Fired{}, nil
 	}
@@ -194,7 +194,7 @@ func (f *timerFirer) FireTimers(ctx context.Context, now time.Time, limit int) (
 			in.ClaimAs, in.Lease, in.Types = e.opts.WorkerID, e.opts.WorkflowTaskLease, types
 		}
 	}
-	fired, tasks, err := e.store.FireTimersClaiming(ctx, in)
+	fired, tasks, err := e.store.FireTimers(ctx, in)
 	for _, t := range tasks {
 		reserved[t.Queue].start(t)
 		in.Claim[t.Queue]--
@@ -211,7 +211,7 @@ func (f *timerFirer) NextTimer(ctx context.Context) (time.Time, bool, error) {
 		f.peeked = nil
 		return p.at, p.ok, nil
 	}
-	return f.e.store.NextTimerSkipping(ctx, f.e.wakes.waking())
+	return f.e.store.NextTimer(ctx, f.e.wakes.waking())
 }
 
 // wake starts the fused wake of w's run in a wake slot, if the run is in

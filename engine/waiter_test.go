@@ -14,6 +14,7 @@ import (
 
 	"github.com/durable-go/durable/engine"
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/store/postgres"
 	"github.com/durable-go/durable/workflow"
 )
@@ -74,11 +75,13 @@ func TestOwnClosesAreNotAnnounced(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := resultCtx(t)
-	listener, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer listener.Release()
-	_, err = listener.Exec(ctx, "LISTEN "+postgres.NotifyChannel)
-	require.NoError(t, err)
+	notes, listening := make(chan store.Note, 1024), make(chan struct{})
+	lctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		_ = postgres.New(pool).Listen(lctx, func() { close(listening) }, func(n store.Note) { notes <- n })
+	}()
+	<-listening
 
 	e := newEngine(t, pool, engine.Options{PollInterval: time.Hour})
 	require.NoError(t, engine.RegisterWorkflow(e, Echo, engine.WorkflowOptions{}))
@@ -93,14 +96,17 @@ func TestOwnClosesAreNotAnnounced(t *testing.T) {
 	// would have been: its notification ends what we read.
 	_, err = engine.Start(ctx, e, Echo, "eight", engine.StartOptions{Queue: "nobody-here"})
 	require.NoError(t, err)
-	var seen []string
-	for !slices.Contains(seen, "w:nobody-here") {
-		n, err := listener.Conn().WaitForNotification(ctx)
-		require.NoError(t, err)
-		seen = append(seen, n.Payload)
+	var seen []store.Note
+	for !slices.ContainsFunc(seen, func(n store.Note) bool { return n.Queue == "nobody-here" }) {
+		select {
+		case n := <-notes:
+			seen = append(seen, n)
+		case <-ctx.Done():
+			t.Fatalf("no note of the start on nobody-here; seen %v", seen)
+		}
 	}
-	for _, p := range seen { // "c:<run>", with its outcome after a newline
-		require.NotEqual(t, "c:"+r.RunID, strings.SplitN(p, "\n", 2)[0], "notifications sent: %v", seen)
+	for _, n := range seen {
+		require.False(t, n.Kind == store.NoteClosed && n.RunID == r.RunID, "notes sent: %v", seen)
 	}
 }
 

@@ -167,7 +167,7 @@ func (e *Engine) runWorkflowTask(ctx context.Context, t store.WorkflowTask, def 
 	}
 	if err != nil {
 		x.Close()
-		if transient(err) {
+		if e.store.Transient(err) {
 			// Not the run's fault: the task returns when its lease ends,
 			// without counting as a failure.
 			e.log.LogAttrs(ctx, slog.LevelWarn, "read history failed; the task returns when its lease ends",
@@ -459,7 +459,7 @@ func (e *Engine) readEvents(ctx context.Context, runID string, afterID int64) ([
 	deadline := time.Now().Add(e.opts.WorkflowTaskLease / 2)
 	for {
 		events, err := e.store.ListEvents(ctx, runID, afterID)
-		if !transient(err) || time.Now().Add(wait).After(deadline) || !sleepCtx(ctx, wait) {
+		if !e.store.Transient(err) || time.Now().Add(wait).After(deadline) || !sleepCtx(ctx, wait) {
 			return events, err
 		}
 		wait = min(2*wait, time.Second)

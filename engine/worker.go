@@ -86,8 +86,8 @@ func (e *Engine) Run(ctx context.Context) error {
 		},
 	})
 	firer.rescan = scanner.Wake
-	tw := e.hub.wake("t:", func() bool { return true })
-	defer e.hub.unwake("t:", tw)
+	tw := e.hub.wake(timersNote, func() bool { return true })
+	defer e.hub.unwake(timersNote, tw)
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
@@ -123,11 +123,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			pollLoop(ctx, e, "workflow", queue, ps.wf[queue], e.claimWorkflowTasks)
+			pollLoop(ctx, e, "workflow", workflowTasksNote(queue), ps.wf[queue], e.claimWorkflowTasks)
 		}()
 		go func() {
 			defer wg.Done()
-			pollLoop(ctx, e, "activity", queue, ps.act[queue], e.claimActivityTasks)
+			pollLoop(ctx, e, "activity", activityTasksNote(queue), ps.act[queue], e.claimActivityTasks)
 		}()
 	}
 	e.log.LogAttrs(ctx, slog.LevelInfo, "engine running", slog.String("worker", e.opts.WorkerID), slog.Any("queues", slices.Sorted(maps.Keys(queues))))
@@ -353,11 +353,12 @@ func (s *slot) release() {
 	}
 }
 
-// pollLoop claims tasks of one kind on one queue whenever its pool has free
-// slots and there is work. It returns when ctx is done.
-func pollLoop[T any](ctx context.Context, e *Engine, kind, queue string, p *workerPool[T],
+// pollLoop claims tasks of one kind on one queue (those key announces)
+// whenever its pool has free slots and there is work. It returns when ctx
+// is done.
+func pollLoop[T any](ctx context.Context, e *Engine, kind string, key store.Note, p *workerPool[T],
 	claim func(ctx context.Context, queue string, n int) ([]T, error)) {
-	key := kind[:1] + ":" + queue
+	queue := key.Queue
 	w := e.hub.wake(key, p.hasFree)
 	defer e.hub.unwake(key, w)
 	errBackoff := 100 * time.Millisecond

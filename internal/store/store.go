@@ -710,4 +710,101 @@ type Store interface {
 	// activity tasks the worker holds (or the one in.TaskID names), and
 	// notifies. A claim the worker no longer holds is left alone.
 	ReleaseActivityTasks(ctx context.Context, in ReleaseParams) error
+
+	// FireTimers fires up to in.Limit timers due at in.Now, each with its
+	// run's TimerFired event and a ready workflow task, skipping the runs
+	// in in.Skip, and claims the tasks it makes as in.ClaimAs asks.
+	FireTimers(ctx context.Context, in FireTimersParams) (Fired, []WorkflowTask, error)
+	// NextTimer returns the earliest fire time of a timer of a run not in
+	// skip, or ok false if there is none.
+	NextTimer(ctx context.Context, skip []string) (at time.Time, ok bool, err error)
+
+	// Notify sends notes to every engine listening (Listen), its own
+	// included. A note may be lost (an engine that was not listening, a
+	// failed send): notes save latency, never work, and every listener
+	// polls as a backstop. In a store bound to a transaction, the notes
+	// go out when it commits.
+	Notify(ctx context.Context, notes []Note) error
+	// Listen delivers the notes of every engine until ctx ends or the
+	// connection fails, which it returns. It calls onListen once it
+	// listens: notes sent after that reach deliver.
+	Listen(ctx context.Context, onListen func(), deliver func(Note)) error
+
+	// StartGroupCommit makes concurrent writes of different runs commit
+	// together, on up to flushers connections, at most max per
+	// transaction, until stop is called. A store without groups returns a
+	// stop that does nothing.
+	StartGroupCommit(flushers, max int) (stop func())
+
+	// Now reads the database's clock: the clock leases and timers are due
+	// by, shared by every engine.
+	Now(ctx context.Context) (time.Time, error)
+	// Transient reports whether err, from a method of this store, is the
+	// database being unreachable or busy for a while (worth retrying, and
+	// saying nothing about the run) rather than an answer.
+	Transient(err error) bool
+
+	// Migrate applies the schema migrations the database lacks and
+	// returns their versions.
+	Migrate(ctx context.Context) ([]int, error)
+	// SchemaVersion returns the database's schema version and the one this
+	// build needs.
+	SchemaVersion(ctx context.Context) (have, want int, err error)
+	// ListAppliedMigrations returns the migrations applied, in order.
+	ListAppliedMigrations(ctx context.Context) ([]AppliedMigration, error)
+
+	// ListEventsOfRuns returns the whole histories of runs, by run ID.
+	ListEventsOfRuns(ctx context.Context, runIDs []string) (map[string][]history.Event, error)
+	// ListRuns returns the runs that match in, newest first.
+	ListRuns(ctx context.Context, in ListRunsParams) ([]RunSummary, error)
+	// ListPendingActivities returns the run's unfinished activities in the
+	// order they were scheduled. An unknown run has none.
+	ListPendingActivities(ctx context.Context, runID string) ([]PendingActivity, error)
+	// ListPendingTimers returns the run's timers that have not fired,
+	// earliest first.
+	ListPendingTimers(ctx context.Context, runID string) ([]PendingTimer, error)
+	// QueueStats returns, for every queue with tasks or timers, in name
+	// order, its ready, running and waiting tasks and pending timers at now.
+	QueueStats(ctx context.Context, now time.Time) ([]QueueStats, error)
+	// DeadLetterStats returns the pending dead letters of each kind, jobs
+	// first; a kind with none has a row all the same.
+	DeadLetterStats(ctx context.Context) ([]DeadLetterStats, error)
+	// ActivityStats sums up how activities in workflows ended since
+	// in.Since, per activity type.
+	ActivityStats(ctx context.Context, in ActivityStatsParams) (ActivityReport, error)
+	// IdleUntil reports, when no task runs or is ready at now, the
+	// earliest time a timer fires or a task becomes ready: the time a test
+	// clock may skip to. ok is false while work runs or is ready, and
+	// when nothing is pending.
+	IdleUntil(ctx context.Context, now time.Time) (next time.Time, ok bool, err error)
+	// ListPendingDeadLetterIDs returns the IDs of the dead letters not
+	// redriven yet, of kind and type typ when set, oldest first.
+	ListPendingDeadLetterIDs(ctx context.Context, kind, typ string) ([]int64, error)
+}
+
+// NoteKind says what a Note announces.
+type NoteKind uint8
+
+const (
+	// NoteWorkflowTasks: a workflow task of Queue is ready.
+	NoteWorkflowTasks NoteKind = iota + 1
+	// NoteActivityTasks: an activity task of Queue is ready.
+	NoteActivityTasks
+	// NoteTimers: a timer was created that may fire before the ones known.
+	NoteTimers
+	// NoteClosed: run RunID closed; Close, if set, is how.
+	NoteClosed
+)
+
+// Note is a notification from one engine to all: work that became ready,
+// or a run that closed.
+type Note struct {
+	Kind  NoteKind
+	Queue string
+	RunID string
+	// Close is how the run closed, if it fits in a notification: a
+	// Result waiting in another process then needs no read of the run.
+	// The store may drop it (too long); the sender leaves it nil for
+	// payloads the receiver could not read.
+	Close *CloseRun
 }

@@ -389,3 +389,23 @@ func (s *Store) ListPendingDeadLetterIDs(ctx context.Context, kind, typ string) 
 	}
 	return ids, nil
 }
+
+// idleUntilSQL returns, when no task is running or ready, the earliest
+// time anything becomes due; otherwise NULL.
+const idleUntilSQL = `
+SELECT CASE WHEN EXISTS (SELECT 1 FROM durable_workflow_tasks WHERE locked_by IS NOT NULL OR run_after <= $1)
+              OR EXISTS (SELECT 1 FROM durable_activity_tasks WHERE locked_by IS NOT NULL OR run_after <= $1)
+            THEN NULL
+            ELSE least((SELECT min(fire_at) FROM durable_timers),
+                       (SELECT min(run_after) FROM durable_workflow_tasks),
+                       (SELECT min(run_after) FROM durable_activity_tasks))
+       END`
+
+// IdleUntil implements store.Store.
+func (s *Store) IdleUntil(ctx context.Context, now time.Time) (time.Time, bool, error) {
+	var next *time.Time
+	if err := s.db.QueryRow(ctx, idleUntilSQL, now).Scan(&next); err != nil || next == nil {
+		return time.Time{}, false, err
+	}
+	return *next, true, nil
+}

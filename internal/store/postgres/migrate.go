@@ -163,3 +163,12 @@ func appliedVersions(ctx context.Context, conn *pgx.Conn) (map[int]bool, error) 
 	}
 	return m, nil
 }
+
+// Migrate implements store.Store with Migrate on the store's pool.
+func (s *Store) Migrate(ctx context.Context) ([]int, error) { return Migrate(ctx, s.pool) }
+
+// SchemaVersion implements store.Store.
+func (s *Store) SchemaVersion(ctx context.Context) (have, want int, err error) {
+	have, err = CurrentVersion(ctx, s.pool)
+	return have, SchemaVersion(), err
+}

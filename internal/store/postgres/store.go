@@ -16,12 +16,6 @@ import (
 	"github.com/durable-go/durable/internal/store"
 )
 
-// NotifyChannel is the LISTEN/NOTIFY channel the store announces work on.
-// Payloads: "w:<queue>" a workflow task is ready, "a:<queue>" an activity task
-// is ready, "c:<run id>" a run closed (the engine may add a newline and the
-// run's outcome as JSON), "t:" a sooner timer.
-const NotifyChannel = "durable"
-
 // dbtx is what both a pool and a transaction offer.
 type dbtx interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)

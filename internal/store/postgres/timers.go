@@ -76,16 +76,9 @@ SELECT (SELECT count(*) FROM del),
         'at', run.at))
         FROM wt JOIN run ON run.run_id = wt.run_id WHERE wt.claimed), '[]')`
 
-// FireTimers implements timer.Store.
-func (s *Store) FireTimers(ctx context.Context, now time.Time, limit int) (store.Fired, error) {
-	f, _, err := s.FireTimersClaiming(ctx, store.FireTimersParams{Now: now, Limit: limit})
-	return f, err
-}
-
-// FireTimersClaiming fires due timers like FireTimers and claims the
-// workflow tasks it makes as in.ClaimAs asks, returning them with the
+// FireTimers implements store.Store. The tasks it claims come with the
 // TimerFired events the fire appended.
-func (s *Store) FireTimersClaiming(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error) {
+func (s *Store) FireTimers(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error) {
 	var (
 		f     store.Fired
 		fired []struct {
@@ -144,13 +137,8 @@ func (s *Store) FireTimersClaiming(ctx context.Context, in store.FireTimersParam
 	return f, tasks, nil
 }
 
-// NextTimer implements timer.Store.
-func (s *Store) NextTimer(ctx context.Context) (time.Time, bool, error) {
-	return s.NextTimerSkipping(ctx, nil)
-}
-
-// NextTimerSkipping is NextTimer without the timers of the runs in skip.
-func (s *Store) NextTimerSkipping(ctx context.Context, skip []string) (time.Time, bool, error) {
+// NextTimer implements store.Store.
+func (s *Store) NextTimer(ctx context.Context, skip []string) (time.Time, bool, error) {
 	var t time.Time
 	// By the fire_at index in order (see nextWorkflowDueSQL).
 	err := s.queryRow(ctx, `SELECT fire_at FROM durable_timers WHERE run_id <> ALL($1::uuid[]) ORDER BY fire_at LIMIT 1`,

@@ -37,10 +37,10 @@ func TestTimerNeverFiresBeforeItsNanosecond(t *testing.T) {
 	require.NoError(t, err)
 
 	// A nanosecond before the due time: the same microsecond.
-	fired, err := s.FireTimers(ctx, due.Add(-time.Nanosecond), 10)
+	fired, _, err := s.FireTimers(ctx, store.FireTimersParams{Now: due.Add(-time.Nanosecond), Limit: 10})
 	require.NoError(t, err)
 	require.Zero(t, fired.Count, "fired before its time")
-	fired, err = s.FireTimers(ctx, base.Add(2*time.Microsecond), 10)
+	fired, _, err = s.FireTimers(ctx, store.FireTimersParams{Now: base.Add(2 * time.Microsecond), Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, 1, fired.Count)
 }
@@ -90,7 +90,7 @@ func TestFireTimersClaimsForTheFiringWorker(t *testing.T) {
 	elsewhere := sleepingRun(t, s, "Mine", "elsewhere", base, due)
 
 	now := due.Add(time.Millisecond)
-	fired, tasks, err := s.FireTimersClaiming(ctx, store.FireTimersParams{
+	fired, tasks, err := s.FireTimers(ctx, store.FireTimersParams{
 		Now: now, Limit: 10, ClaimAs: "w1", Lease: time.Minute, Claim: map[string]int{"q": 2}, Types: []string{"Mine"},
 	})
 	require.NoError(t, err)
@@ -158,7 +158,7 @@ func TestFirstTaskStartsItsTimers(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, tasks, "the first task ran: nothing to do before the timer")
 
-	fired, err := s.FireTimers(ctx, due, 10)
+	fired, _, err := s.FireTimers(ctx, store.FireTimersParams{Now: due, Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, 1, fired.Count)
 	tasks, err = s.ClaimWorkflowTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 10, Now: due, Lease: time.Minute})
@@ -221,7 +221,7 @@ func TestFusedWakeRecordsTheFiringAndTheCommands(t *testing.T) {
 	require.EqualValues(t, 3, ready.FirstEventID)
 	require.NotNil(t, ready.TimerAt)
 	require.True(t, due2.Equal(*ready.TimerAt))
-	fired, err := s.FireTimers(ctx, due, 10)
+	fired, _, err := s.FireTimers(ctx, store.FireTimersParams{Now: due, Limit: 10})
 	require.NoError(t, err)
 	require.Zero(t, fired.Count, "timer 1 is consumed")
 	tasks, err := s.ClaimWorkflowTasks(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Limit: 10, Now: due, Lease: time.Minute})
@@ -229,7 +229,7 @@ func TestFusedWakeRecordsTheFiringAndTheCommands(t *testing.T) {
 	require.Empty(t, tasks, "a fused wake leaves no workflow task")
 
 	// The last wake closes the run.
-	fired, err = s.FireTimers(ctx, due2, 10)
+	fired, _, err = s.FireTimers(ctx, store.FireTimersParams{Now: due2, Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, 1, fired.Count, "timer 2 is pending")
 	events, err := s.ListEvents(ctx, runID, 0)
@@ -247,7 +247,7 @@ func TestFusedWakeRefusedWhenTheTimerFiredElsewhere(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	s, runID, due := sleeper(t)
-	fired, err := s.FireTimers(ctx, due, 10)
+	fired, _, err := s.FireTimers(ctx, store.FireTimersParams{Now: due, Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, 1, fired.Count)
 
@@ -275,7 +275,7 @@ func TestFusedWakeCompletesTheRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.StatusCompleted, run.Status)
 	require.JSONEq(t, `7`, string(run.Result))
-	fired, err := s.FireTimers(ctx, due.Add(time.Hour), 10)
+	fired, _, err := s.FireTimers(ctx, store.FireTimersParams{Now: due.Add(time.Hour), Limit: 10})
 	require.NoError(t, err)
 	require.Zero(t, fired.Count, "no timer left")
 }
@@ -290,7 +290,7 @@ func TestFireTimersHandsOverEveryFiringOfTheRun(t *testing.T) {
 	due := base.Add(time.Second)
 	runID := runWithTimers(t, s, "Mine", "q", base, store.NewTimer{Seq: 2, FireAt: due}, store.NewTimer{Seq: 1, FireAt: due})
 
-	_, tasks, err := s.FireTimersClaiming(ctx, store.FireTimersParams{
+	_, tasks, err := s.FireTimers(ctx, store.FireTimersParams{
 		Now: due, Limit: 10, ClaimAs: "w1", Lease: time.Minute, Claim: map[string]int{"q": 1}, Types: []string{"Mine"},
 	})
 	require.NoError(t, err)
@@ -350,7 +350,7 @@ func TestGroupedFusedWakesShareAStatement(t *testing.T) {
 	}
 
 	// Timer 1 of a and b went with their wakes; c's and d's are still due.
-	fired, err := s.FireTimers(ctx, due, 10)
+	fired, _, err := s.FireTimers(ctx, store.FireTimersParams{Now: due, Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, 2, fired.Count)
 }

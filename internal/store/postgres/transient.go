@@ -1,4 +1,4 @@
-package engine
+package postgres
 
 import (
 	"context"
@@ -10,11 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// transient reports whether err is the database being unreachable or busy
-// for a while (a lost connection, a server restarting, too many clients, a
-// deadlock or serialization failure), as opposed to an answer: such a
-// statement is worth retrying, and its failure says nothing about the run.
-func transient(err error) bool {
+// Transient implements store.Store: a lost connection, a server
+// restarting, too many clients, a deadlock or serialization failure.
+func (s *Store) Transient(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return false
 	}

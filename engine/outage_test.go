@@ -2,48 +2,17 @@ package engine
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/internal/pgtest"
-	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/syncbuf"
 	"github.com/durable-go/durable/workflow"
 )
-
-func TestTransient(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{&pgconn.PgError{Code: "57P01"}, true},  // terminated by an administrator
-		{&pgconn.PgError{Code: "08006"}, true},  // connection failure
-		{&pgconn.PgError{Code: "40P01"}, true},  // deadlock
-		{&pgconn.PgError{Code: "53300"}, true},  // too many clients
-		{&pgconn.PgError{Code: "23505"}, false}, // unique violation: an answer
-		{&pgconn.PgError{Code: "42P01"}, false}, // undefined table: an answer
-		{fmt.Errorf("get run: %w", pgconn.ErrConnClosed), true},
-		{fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true},
-		{context.DeadlineExceeded, true},
-		{context.Canceled, false},
-		{store.ErrNotFound, false},
-		{codec.ErrNoCodec, false},
-		{errors.New("decode event 2: unknown field"), false},
-		{nil, false},
-	} {
-		require.Equal(t, tc.want, transient(tc.err), "%v", tc.err)
-	}
-}
 
 func plusOne(_ workflow.Context, n int) (int, error) { return n + 1, nil }
 
@@ -52,7 +21,7 @@ func plusOne(_ workflow.Context, n int) (int, error) { return n + 1, nil }
 func TestResultWaitsOutAnOutage(t *testing.T) {
 	t.Parallel()
 	inj := newFaultInjector(1, 0)
-	e, err := New(pgtest.Pool(t), Options{wrapStorage: inj.wrap, Logger: ambLogger(), PollInterval: 100 * time.Millisecond})
+	e, err := newOnPool(pgtest.Pool(t), Options{Logger: ambLogger(), PollInterval: 100 * time.Millisecond}, inj.wrap)
 	require.NoError(t, err)
 	require.NoError(t, RegisterWorkflow(e, plusOne, WorkflowOptions{}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -84,9 +53,9 @@ func TestHistoryReadWaitsOutAnOutage(t *testing.T) {
 	inj := newFaultInjector(1, 0)
 	log := &syncbuf.Buffer{}
 	var skew atomic.Int64 // the clock jumps past the hour's sleep
-	e, err := New(pgtest.Pool(t), Options{wrapStorage: inj.wrap, Logger: slog.New(slog.NewTextHandler(log, nil)),
+	e, err := newOnPool(pgtest.Pool(t), Options{Logger: slog.New(slog.NewTextHandler(log, nil)),
 		PollInterval: 100 * time.Millisecond, WorkflowTaskLease: time.Minute,
-		NowFunc: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
+		NowFunc: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }}, inj.wrap)
 	require.NoError(t, err)
 	require.NoError(t, RegisterWorkflow(e, napThenOne, WorkflowOptions{}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -103,7 +72,7 @@ func TestHistoryReadWaitsOutAnOutage(t *testing.T) {
 	}, 10*time.Second, 5*time.Millisecond, "the run sleeps")
 	inj.force("ListEvents", fateBefore, fateBefore, fateBefore)
 	skew.Store(int64(2 * time.Hour))
-	e.hub.publish("t:")
+	e.hub.publish(timersNote)
 	got, err := r.Result(ctx) // well before the one-minute lease
 	require.NoError(t, err)
 	require.Equal(t, 2, got)
