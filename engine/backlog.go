@@ -19,7 +19,7 @@ const backlogMax = 4096
 // engine takes finishes where its run is not cached: its outcome is
 // written alone, and the run's next task reads the whole history and
 // replays it, wherever it is claimed. With two engines under load that was
-// one activity in seven (docs/performance.md, item 48). After backlogHold,
+// one activity in seven (docs/performance.md, history, 2026-12-01 at 1d99ce2). After backlogHold,
 // an engine with a free slot takes them all the same, so a busy or stopped
 // engine's backlog still moves.
 const backlogHold = time.Second
@@ -29,7 +29,7 @@ const backlogHold = time.Second
 // backlog (of a stopped engine, retries, jobs) are not held back by busy
 // engines that always have their own. If there is none, the slot takes a
 // backlog task all the same: it used to be left to the queue, and stayed
-// empty while the backlog was held (docs/performance.md, item 48).
+// empty while the backlog was held (docs/performance.md, history, 2026-12-01 at 1d99ce2).
 const backlogShare = 16
 
 // activityBacklog is, per queue, the activities this engine scheduled on a

@@ -1,9 +1,13 @@
 package engine
 
-// SetWorkflowTaskHook installs fn, called as a workflow task starts (enter
-// true) and ends (false), so tests can check that no two tasks of one run
-// overlap. It returns a function that removes the hook.
-func SetWorkflowTaskHook(fn func(runID string, enter bool)) func() {
-	testHookWorkflowTask.Store(&fn)
-	return func() { testHookWorkflowTask.Store(nil) }
+import (
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/durable-go/durable/internal/store"
+)
+
+// NewWrapped is New with wrap between the engine and its store, for the
+// package's external tests that watch what an engine asks of its store.
+func NewWrapped(pool *pgxpool.Pool, opts Options, wrap func(store.Store) store.Store) (*Engine, error) {
+	return newOnPool(pool, opts, wrap)
 }

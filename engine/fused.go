@@ -190,24 +190,11 @@ func (e *Engine) eagerStart(ctx context.Context, params *store.CreateRunParams) 
 			x.Close()
 			return
 		}
-		hookInstantTask(t.RunID)
 		x.ReleaseLogs(true)
 		e.announce(r.Ready)
 		if !applyOwn(x, 2, params.Now, commit.Events) {
 			return
 		}
 		e.keepCached(t, x, commit)
-	}
-}
-
-// hookInstantTask shows tests a workflow task that ran on no claim (a fused
-// step, an eager start) as a task, at the moment it took effect: before
-// anything it made ready can start. (Seen from its start, a fused step on a
-// stale copy of a run may overlap with the run's task elsewhere; it is then
-// refused and is no task.)
-func hookInstantTask(runID string) {
-	if h := testHookWorkflowTask.Load(); h != nil {
-		(*h)(runID, true)
-		(*h)(runID, false)
 	}
 }

@@ -249,7 +249,7 @@ func (h *hub) release() { h.releaseAfter(false) }
 // the next, would otherwise start a LISTEN for every Result and stop it
 // before Result returns (two round trips), and would notify the start in
 // its statement, whose commit then waits on Postgres's notification lock
-// (docs/performance.md, item 61). It is short, so that a pool the client
+// (docs/performance.md, history, 2026-12-01 at d365b20). It is short, so that a pool the client
 // closes next (pgxpool.Pool.Close waits for the listener's connection) is
 // held up no longer than that.
 const resultLinger = 100 * time.Millisecond
@@ -511,7 +511,7 @@ func (h *hub) sendLoop(ctx context.Context, done chan struct{}) {
 // send is a transaction, and wakes every listening engine's connection;
 // under load one every notifyGap carries what a send per close or
 // scheduled activity did, at most notifyGap later (docs/performance.md,
-// item 43).
+// history, 2026-12-01 at 8676bcc).
 const notifyGap = 5 * time.Millisecond
 
 // wakeAll signals every poller, and asks the backstop about every waited

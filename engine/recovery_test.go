@@ -141,44 +141,24 @@ func TestTwoEnginesNeverShareATask(t *testing.T) {
 	ctx := resultCtx(t)
 	flow := &stepFlow{l: newLedger(), delay: time.Millisecond}
 
-	engines := []*engine.Engine{
-		newEngine(t, pool1, engine.Options{WorkerID: "a"}),
-		newEngine(t, newPool(t, url), engine.Options{WorkerID: "b"}),
+	watch := newTaskWatch()
+	var engines []*engine.Engine
+	for id, pool := range map[string]*pgxpool.Pool{"a": pool1, "b": newPool(t, url)} {
+		e, err := engine.NewWrapped(pool, engine.Options{WorkerID: id, Logger: quietLogger(), PollInterval: time.Second}, watch.wrap(id))
+		require.NoError(t, err)
+		engines = append(engines, e)
 	}
 	for _, e := range engines {
 		flow.register(t, e)
 	}
 	const runs = 300
 	var handles []*engine.Run[int]
-	ours := map[string]bool{}
 	for i := range runs {
 		r, err := engine.Start(ctx, engines[i%2], flow.Flow, i, engine.StartOptions{})
 		require.NoError(t, err)
 		handles = append(handles, r)
-		ours[r.RunID] = true
 	}
 
-	// The hook sees the workflow tasks of every engine in the package,
-	// those of the tests running in parallel too: count this test's runs.
-	var mu sync.Mutex
-	inTask := map[string]bool{}
-	var taskOverlaps, tasks int
-	defer engine.SetWorkflowTaskHook(func(runID string, enter bool) {
-		if !ours[runID] {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !enter {
-			delete(inTask, runID)
-			return
-		}
-		tasks++
-		if inTask[runID] {
-			taskOverlaps++
-		}
-		inTask[runID] = true
-	})()
 	for _, e := range engines {
 		run(t, e)
 	}
@@ -187,8 +167,7 @@ func TestTwoEnginesNeverShareATask(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, i+3, got)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	tasks, taskOverlaps := watch.counts()
 	// Four tasks a run, one fewer if its first activity ran ahead of its
 	// schedule and committed with it.
 	require.GreaterOrEqual(t, tasks, 3*runs, "every run needs at least three workflow tasks")

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -23,13 +21,6 @@ import (
 
 // errUnregistered marks a task whose type this worker does not have.
 var errUnregistered = errors.New("not registered")
-
-// testHookWorkflowTask, set only by tests, observes workflow tasks.
-var testHookWorkflowTask atomic.Pointer[func(runID string, enter bool)]
-
-// taskEndKey carries, while testHookWorkflowTask is set, the function that
-// reports the end of the claimed workflow task being processed.
-type taskEndKey struct{}
 
 // claimWorkflowTasks claims ready tasks of the workflow types this engine
 // has: a type no worker has waits, ready, and shows in the queue's
@@ -85,15 +76,6 @@ func (e *Engine) prefetchHistories(ctx context.Context, tasks []store.WorkflowTa
 // to date with history (from the cache, or by replay), takes the commands the
 // code produced and commits them, with all their effects, in one transaction.
 func (e *Engine) processWorkflowTask(ctx context.Context, t store.WorkflowTask) {
-	if h := testHookWorkflowTask.Load(); h != nil {
-		// The task ends when its commit does (or when it gives up): from
-		// then on another worker may claim the run's next task.
-		(*h)(t.RunID, true)
-		var once sync.Once
-		end := func() { once.Do(func() { (*h)(t.RunID, false) }) }
-		ctx = context.WithValue(ctx, taskEndKey{}, end)
-		defer end()
-	}
 	attrs := []slog.Attr{slog.String("run_id", t.RunID), slog.String("workflow", t.WorkflowType)}
 	began := time.Now()
 	ctx, span := e.taskSpan(ctx, t)
@@ -284,17 +266,9 @@ func (e *Engine) commitTask(ctx context.Context, t store.WorkflowTask, x wfexec.
 		}
 		ready, err = e.store.CommitWorkflowTask(ctx, commit)
 	}
-	if testHookWorkflowTask.Load() != nil && fused == nil {
-		if end, ok := ctx.Value(taskEndKey{}).(func()); ok {
-			end()
-		}
-	}
 	committed := err == nil
 	if fused != nil {
 		x.ReleaseLogs(err == nil) // a refused step's lines are dropped
-		if err == nil {
-			hookInstantTask(t.RunID)
-		}
 	}
 	// The claimed activities start once the run is back in the cache (at
 	// return): one that finishes at once then finds it there.

@@ -32,7 +32,7 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterID int64) ([]
 	}
 	// A long history is decoded on the CPUs, in parts: half the time of a
 	// replay of 10,000 events went to decoding them (docs/performance.md,
-	// item 59).
+	// history, 2026-12-01 at 9212902).
 	events, err := decodeEvents(rows, min(runtime.GOMAXPROCS(0), len(rows)/decodePartMin))
 	if err != nil {
 		return nil, fmt.Errorf("list events of run %s: %w", runID, err)

@@ -496,7 +496,7 @@ func (s *Store) refused(ctx context.Context, in store.CommitWorkflowTaskParams) 
 //
 // It also makes ready.ActivityQueues distinct. The statements list a queue
 // once per activity: array_agg(DISTINCT) sorts for every write, about 4
-// microseconds of Postgres's time each (docs/performance.md, item 47).
+// microseconds of Postgres's time each (docs/performance.md, history, 2026-12-01 at 8676bcc).
 func handedOff(in store.CommitWorkflowTaskParams, ready store.Ready, claimed claimedActivities) store.Ready {
 	if len(ready.ActivityQueues) > 1 {
 		slices.Sort(ready.ActivityQueues)

@@ -1,6 +1,6 @@
 -- A foreign key from a run's events, tasks and timers to the run costs a
 -- trigger and a lookup of the run for every row inserted: 7% of Postgres's
--- CPU in the W1 benchmark (docs/performance.md). Every statement that
+-- CPU in the W1 benchmark (docs/performance.md, history, 2026-11-30 at f988938). Every statement that
 -- inserts such a row takes the run from its own insert or locked update of
 -- the run row, so none can be an orphan, and the engine never deletes runs.
 -- To delete a run by hand, delete its rows from durable_events,

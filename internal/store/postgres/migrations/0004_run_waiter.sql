@@ -2,7 +2,7 @@
 -- elsewhere waits for is not announced. Announcing a close costs a NOTIFY
 -- transaction and a message to every listening engine; in the W1 benchmark
 -- these were a third of all transactions, for waiters that were all in the
--- process that closed the runs (docs/performance.md, item 37).
+-- process that closed the runs (docs/performance.md, history, 2026-12-01 at 885bab8).
 --
 -- NULL: anyone (every close is announced, as before this column; runs
 -- started by older engines and child runs). An engine's ID: the engine that

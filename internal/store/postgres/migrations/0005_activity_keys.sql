@@ -4,7 +4,7 @@
 -- it keeps a run's activity from being queued twice. The unique index on
 -- idempotency_key is then needed only for jobs (no run), which name
 -- themselves by their key. Every activity task inserted costs one index
--- entry less (docs/performance.md, item 56).
+-- entry less (docs/performance.md, history, 2026-12-01 at 9212902).
 CREATE UNIQUE INDEX durable_activity_tasks_run_seq ON durable_activity_tasks (run_id, seq);
 DROP INDEX durable_activity_tasks_run;
 ALTER INDEX durable_activity_tasks_run_seq RENAME TO durable_activity_tasks_run;
