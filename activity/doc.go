@@ -46,8 +46,7 @@
 // cannot be encoded or when the engine refused the heartbeat because the lease was
 // lost; in the latter case another worker may already be running the activity,
 // and the attempt should stop. Outside the engine (in a unit test, say)
-// RecordHeartbeat only checks that the details encode, unless the test installs
-// its own function with [WithHeartbeatFunc].
+// RecordHeartbeat only checks that the details encode.
 //
 // # Errors
 //

@@ -117,22 +117,17 @@ func crawl(ctx context.Context, pages int) (int, error) {
 }
 
 func ExampleRecordHeartbeat() {
-	// The engine installs a heartbeat function; a test can install its own.
-	ctx := activity.WithHeartbeatFunc(context.Background(), func(_ context.Context, details []byte) error {
-		fmt.Printf("heartbeat %s\n", details)
-		return nil
-	})
-	ctx = activity.NewContext(ctx, activity.Info{
+	// A unit test runs the second attempt directly. Outside an engine
+	// RecordHeartbeat only checks that the details encode.
+	ctx := activity.NewContext(context.Background(), activity.Info{
 		Name:             "crawl",
 		Attempt:          2,
 		HeartbeatDetails: []byte("3"), // the first attempt got as far as page 3
 	})
 	n, err := crawl(ctx, 4)
-	fmt.Println(n, err)
+	fmt.Println("pages crawled:", n, err)
 	// Output:
-	// heartbeat 4
-	// heartbeat 5
-	// 2 <nil>
+	// pages crawled: 2 <nil>
 }
 
 func ExampleNewContext() {

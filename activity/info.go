@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/durable-go/durable/internal/actctx"
 )
 
 // Info describes the activity attempt running in ctx.
@@ -47,13 +49,9 @@ type Info struct {
 }
 
 type (
-	infoKey      struct{}
-	heartbeatKey struct{}
-	loggerKey    struct{}
+	infoKey   struct{}
+	loggerKey struct{}
 )
-
-// heartbeatFunc is the function installed by [WithHeartbeatFunc].
-type heartbeatFunc func(ctx context.Context, details []byte) error
 
 // GetInfo returns the [Info] of the activity attempt running in ctx. It returns
 // the zero Info when ctx is not an activity context.
@@ -82,14 +80,15 @@ func NewContext(ctx context.Context, info Info) context.Context {
 // engine refused the heartbeat, which it does when the attempt's lease was lost
 // (another worker may run the activity now) or when the workflow canceled the
 // activity or closed (the error wraps [ErrCanceled], and ctx is canceled with
-// it as its cause). Either way the attempt should stop and return the error. Without a function installed by
-// [WithHeartbeatFunc], RecordHeartbeat only checks that details encode.
+// it as its cause). Either way the attempt should stop and return the error.
+// Outside an engine (in a unit test that calls the activity function
+// directly) RecordHeartbeat only checks that details encode.
 func RecordHeartbeat(ctx context.Context, details any) error {
 	b, err := json.Marshal(details)
 	if err != nil {
 		return fmt.Errorf("record heartbeat: encode details: %w", err)
 	}
-	fn, _ := ctx.Value(heartbeatKey{}).(heartbeatFunc)
+	fn := actctx.Heartbeat(ctx)
 	if fn == nil {
 		return nil
 	}
@@ -97,16 +96,6 @@ func RecordHeartbeat(ctx context.Context, details any) error {
 		return fmt.Errorf("record heartbeat: %w", err)
 	}
 	return nil
-}
-
-// WithHeartbeatFunc returns a copy of ctx in which [RecordHeartbeat] calls fn
-// with the JSON-encoded details. The engine uses it to receive heartbeats; fn
-// returns an error to refuse one. A nil fn makes RecordHeartbeat a no-op again.
-//
-// fn is called on the goroutine that calls RecordHeartbeat, with the context
-// passed to it.
-func WithHeartbeatFunc(ctx context.Context, fn func(ctx context.Context, details []byte) error) context.Context {
-	return context.WithValue(ctx, heartbeatKey{}, heartbeatFunc(fn))
 }
 
 // Logger returns the logger for the activity attempt running in ctx: the

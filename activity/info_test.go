@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/activity"
+	"github.com/durable-go/durable/internal/actctx"
 )
 
 func TestGetInfoWithoutActivityContext(t *testing.T) {
@@ -73,7 +74,7 @@ func TestRecordHeartbeatCallsFunc(t *testing.T) {
 		details string
 	}
 	var calls []call
-	ctx := activity.WithHeartbeatFunc(t.Context(), func(ctx context.Context, details []byte) error {
+	ctx := actctx.WithHeartbeatFunc(t.Context(), func(ctx context.Context, details []byte) error {
 		calls = append(calls, call{ctx: ctx, details: string(details)})
 		return nil
 	})
@@ -95,7 +96,7 @@ func TestRecordHeartbeatRefused(t *testing.T) {
 	t.Parallel()
 
 	errLeaseLost := errors.New("lease lost")
-	ctx := activity.WithHeartbeatFunc(t.Context(), func(context.Context, []byte) error {
+	ctx := actctx.WithHeartbeatFunc(t.Context(), func(context.Context, []byte) error {
 		return errLeaseLost
 	})
 	err := activity.RecordHeartbeat(ctx, 1)
@@ -103,21 +104,21 @@ func TestRecordHeartbeatRefused(t *testing.T) {
 	require.EqualError(t, err, "record heartbeat: lease lost")
 }
 
-func TestWithHeartbeatFuncNilRemoves(t *testing.T) {
+func TestRecordHeartbeatNilFuncRemoves(t *testing.T) {
 	t.Parallel()
 
-	ctx := activity.WithHeartbeatFunc(t.Context(), func(context.Context, []byte) error {
+	ctx := actctx.WithHeartbeatFunc(t.Context(), func(context.Context, []byte) error {
 		return errors.New("refused")
 	})
 	require.Error(t, activity.RecordHeartbeat(ctx, 1))
-	require.NoError(t, activity.RecordHeartbeat(activity.WithHeartbeatFunc(ctx, nil), 1))
+	require.NoError(t, activity.RecordHeartbeat(actctx.WithHeartbeatFunc(ctx, nil), 1))
 }
 
 func TestRecordHeartbeatConcurrent(t *testing.T) {
 	t.Parallel()
 
 	got := make(chan string, 16)
-	ctx := activity.WithHeartbeatFunc(t.Context(), func(_ context.Context, details []byte) error {
+	ctx := actctx.WithHeartbeatFunc(t.Context(), func(_ context.Context, details []byte) error {
 		got <- string(details)
 		return nil
 	})

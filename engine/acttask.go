@@ -15,6 +15,7 @@ import (
 
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/actctx"
 	"github.com/durable-go/durable/internal/store"
 )
 
@@ -126,7 +127,7 @@ func (e *Engine) attempt(ctx context.Context, t store.ActivityTask, def *activit
 		TaskToken: taskToken(t),
 	}
 	actx2 := activity.WithLogger(activity.NewContext(withCodecContext(actx, e.opts.Codec), info), e.log)
-	actx2 = activity.WithHeartbeatFunc(actx2, hb.beat)
+	actx2 = actctx.WithHeartbeatFunc(actx2, hb.beat)
 	out, err = callActivity(actx2, def, t.Input)
 	e.metrics.duration.WithLabelValues("activity", t.Activity).Observe(time.Since(began).Seconds())
 	if err != nil {
