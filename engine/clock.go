@@ -19,6 +19,16 @@ import (
 // clock reads it again.
 const clockResync = time.Minute
 
+// clockPrecise is the uncertainty of a reading (half its round trip) the
+// clock is content with. A reading less precise (the process paused or
+// starved during the read, the database restarting) is read again after
+// clockRetry, and New reads up to clockFirstReads times for a first one.
+const (
+	clockPrecise    = 5 * time.Millisecond
+	clockRetry      = time.Second
+	clockFirstReads = 5
+)
+
 // clockDrift bounds how fast two clocks that tick at their own rates drift
 // apart: 100 parts per million, an uncorrected quartz clock's worst.
 const clockDrift = 10_000
@@ -49,22 +59,28 @@ type clockReading struct {
 // database does not answer.
 func newDBClock(ctx context.Context, read func(context.Context) (time.Time, error), local func() time.Time, log *slog.Logger) (*dbClock, error) {
 	c := &dbClock{read: read, local: local, log: log}
-	if err := c.sync(ctx); err != nil {
-		return nil, err
+	for range clockFirstReads {
+		if err := c.sync(ctx); err != nil {
+			return nil, err
+		}
+		if c.base.Load().off <= clockPrecise {
+			break
+		}
 	}
 	return c, nil
 }
 
-// now returns the database's clock. Once a minute it is read again in
-// the background; the clock goes on meanwhile. It never goes back: a new
-// reading a little behind the last one carried forward holds the clock
-// still until it catches up.
+// now returns the database's clock at its latest: the reading carried
+// forward plus how far it may be off (half its round trip, and the drift
+// since), so that a timer due at now plus its duration, or a lease ending
+// at now plus its length, is never cut short by the database's clock. Once
+// a minute (every clockRetry while the reading is imprecise) it is read
+// again in the background; the clock goes on meanwhile. It never goes
+// back: a new reading a little behind the last one carried forward holds
+// the clock still until it catches up.
 func (c *dbClock) now() time.Time {
-	b, l := c.base.Load(), c.local()
-	if l.Sub(b.tried) >= clockResync && c.syncing.CompareAndSwap(false, true) {
-		go c.resync()
-	}
-	t := b.db.Add(l.Sub(b.local)) // monotonic when both readings have one
+	b, since := c.reading()
+	t := b.db.Add(since + b.off + since.Abs()/clockDrift) // at its latest
 	for n := t.UnixNano(); ; {
 		latest := c.latest.Load()
 		if n <= latest {
@@ -76,13 +92,32 @@ func (c *dbClock) now() time.Time {
 	}
 }
 
-// due returns the database's clock at its earliest: now less how far the
-// reading may be off (half its round trip, and the drift since). Whether a
-// timer is due, or a claim has lapsed, is decided by it, so that no engine
-// fires a timer or takes a claim before the database's clock says so.
+// due returns the database's clock at its earliest: the reading carried
+// forward less how far it may be off (half its round trip, and the drift
+// since). Whether a timer is due, or a claim has lapsed, is decided by it,
+// so that no engine fires a timer or takes a claim before the database's
+// clock says so.
+//
+// It is the reading's own, not now's less the uncertainty: now may hold
+// still at what an earlier, less precise reading allowed.
 func (c *dbClock) due() time.Time {
-	b, t := c.base.Load(), c.now()
-	return t.Add(-b.off - c.local().Sub(b.local)/clockDrift)
+	b, since := c.reading()
+	return b.db.Add(since - b.off - since.Abs()/clockDrift)
+}
+
+// reading returns the latest reading and the process's time since it
+// (monotonic when both have a monotonic reading), and starts a new read in
+// the background when it is due.
+func (c *dbClock) reading() (*clockReading, time.Duration) {
+	b, l := c.base.Load(), c.local()
+	every := clockResync
+	if b.off > clockPrecise {
+		every = clockRetry
+	}
+	if l.Sub(b.tried) >= every && c.syncing.CompareAndSwap(false, true) {
+		go c.resync()
+	}
+	return b, l.Sub(b.local)
 }
 
 // resync reads the database's clock again. If the database does not

@@ -510,7 +510,9 @@ func TestExplainRestsOnTheDatabase(t *testing.T) {
 		{name: "kill, but the lease was live when it was taken", faults: kill, facts: live, want: ""},
 		{name: "kill of the worker that held the attempt the first ran ahead of", facts: heldByOther, want: "kill",
 			faults: []Fault{{Kind: FaultKill, PID: 9, At: at.Add(600 * time.Millisecond), Until: at.Add(600 * time.Millisecond)}}},
-		{name: "kill of the first, which ran ahead, while another held the attempt", facts: heldByOther, faults: kill, want: ""},
+		// Its schedule did not commit: the activity had to run again, and
+		// the claim the committed schedule made ran it as its next attempt.
+		{name: "kill of the first, which ran ahead, while another held the attempt", facts: heldByOther, faults: kill, want: "kill"},
 		{name: "its failed write logged, and its claim given back", logs: failedWrite, facts: givenBack, want: "write_failed"},
 		{name: "its claim given back, nothing logged", facts: givenBack, want: ""},
 		{name: "its failed write logged, and its claim taken while the lease held", logs: failedWrite, facts: live, want: ""},

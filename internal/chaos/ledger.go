@@ -106,14 +106,23 @@ const faultSlack = 50 * time.Millisecond
 // Attempt 1 may run again as attempt 1: an attempt that ran ahead of its
 // schedule (engine.Options.ActivityRunAhead) holds no claim, and runs
 // again if the schedule did not commit. The database shows which may have
-// been dropped: one that did not hold attempt 1's claim (another worker
-// held it), or that started before the recorded schedule committed (its
-// effect may land later: a write its worker gave up on can still commit). It is explained by its worker logging the drop, or a fault
-// on its worker. Any later attempt running twice is one claim run twice,
-// which nothing explains.
+// been dropped (droppedAhead). It is explained by its worker logging the
+// drop, or a fault on its worker, whatever attempt ran the activity next:
+// the claim the committed schedule made may have run it as attempt 1, or,
+// having lost that attempt, as a later one. Any later attempt running twice
+// is one claim run twice, which nothing explains.
 func (c *checker) explain(a, b execution, kf *keyFacts) string {
 	if kf == nil {
 		kf = &keyFacts{}
+	}
+	switch {
+	case a.attempt == 1 && b.attempt > 1:
+		// a may have run ahead of a schedule that did not commit: then
+		// the activity had to run again, whatever attempt of the
+		// committed schedule's claim ran it.
+		if why := c.droppedAhead(a, kf); why != "" {
+			return why
+		}
 	}
 	switch {
 	case b.attempt > a.attempt:
@@ -152,20 +161,29 @@ func (c *checker) explain(a, b execution, kf *keyFacts) string {
 		}
 		return ""
 	case b.attempt == a.attempt && a.attempt == 1:
-		holder := pidOfWorker(kf.holders[1])
 		for _, x := range []execution{a, b} {
-			if !(holder != 0 && x.pid != holder) && !(!kf.scheduled.IsZero() && x.started.Before(kf.scheduled)) {
-				continue // x held attempt 1's claim, or may have
-			}
-			if c.logs.droppedAhead[keyAttempt{x.pid, x.key, 1}] {
-				return "dropped_ahead"
-			}
-			if why := c.faultDuring(x.pid, x.started, x.createdAt.Add(c.lease)); why != "" {
+			if why := c.droppedAhead(x, kf); why != "" {
 				return why
 			}
 		}
 	}
 	return ""
+}
+
+// droppedAhead returns why attempt 1's execution x may have been dropped,
+// or "": x did not hold attempt 1's claim (another worker held it), or it
+// started before the recorded schedule committed (its effect may land
+// later: a write its worker gave up on can still commit), and its worker
+// logged the drop or had a fault.
+func (c *checker) droppedAhead(x execution, kf *keyFacts) string {
+	holder := pidOfWorker(kf.holders[1])
+	if !(holder != 0 && x.pid != holder) && !(!kf.scheduled.IsZero() && x.started.Before(kf.scheduled)) {
+		return "" // x held attempt 1's claim, or may have
+	}
+	if c.logs.droppedAhead[keyAttempt{x.pid, x.key, 1}] {
+		return "dropped_ahead"
+	}
+	return c.faultDuring(x.pid, x.started, x.createdAt.Add(c.lease))
 }
 
 // faultDuring returns the kind of fault ("kill", "pause", "postgres") that
