@@ -18,8 +18,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-go/durable/codec"
+	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/osclock"
 	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/store/codecstore"
 )
 
 // Options configure an Engine. The zero value works: one queue named
@@ -368,7 +370,7 @@ func (e *Engine) layered(st store.Store) store.Store {
 	if e.wrap != nil {
 		st = e.wrap(st)
 	}
-	return withCodec(st, e.opts.Codec, e.log)
+	return codecstore.New(st, e.opts.Codec, e.log)
 }
 
 // registerMetrics registers the engine's metrics on Options.Registerer, all
@@ -449,3 +451,15 @@ func (e *Engine) dueNow() time.Time {
 	}
 	return e.dueFunc().Truncate(time.Microsecond)
 }
+
+// decodeHistory returns h with its payloads decoded by c.
+func decodeHistory(c codec.PayloadCodec, h history.History) (history.History, error) {
+	return codecstore.DecodeHistory(c, h)
+}
+
+// ErrCodecMismatch is returned by Signal, SignalTx and SignalWithStart, and
+// nothing is written, when this engine's codec cannot decode what the run
+// it would write to already holds: the engines that run it could not have
+// decoded what it would write either (a wrong key, or a key the others do
+// not have yet).
+var ErrCodecMismatch = codecstore.ErrCodecMismatch

@@ -173,3 +173,19 @@ func ExactlyOnce[T any](ctx context.Context, db TxBeginner, fn func(ctx context.
 	}
 	return out, nil
 }
+
+// codecKey carries the engine's codec in an activity's context, for
+// ExactlyOnce.
+type codecKey struct{}
+
+func withCodecContext(ctx context.Context, c codec.PayloadCodec) context.Context {
+	if c == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, codecKey{}, c)
+}
+
+func codecFromContext(ctx context.Context) codec.PayloadCodec {
+	c, _ := ctx.Value(codecKey{}).(codec.PayloadCodec)
+	return c
+}

@@ -1,4 +1,7 @@
-package engine
+// Package codecstore puts a payload codec between the engine and its
+// store: every payload is encoded (into a codec envelope) on its way in and
+// decoded on its way out.
+package codecstore
 
 import (
 	"context"
@@ -13,7 +16,7 @@ import (
 	"github.com/durable-go/durable/internal/store"
 )
 
-// codecStorage stands between the engine and the database and passes every
+// Store stands between the engine and the database and passes every
 // payload through Options.Codec: encoded (into a codec envelope) on its way
 // in, decoded on its way out. Everything above it (the workflow cache,
 // hand-offs, Result waiters, the replay tools) sees plaintext; everything
@@ -28,7 +31,7 @@ import (
 // does not override carry none (TestCodecStorageOverridesEveryPayloadMethod
 // checks this). With no codec it still reads: an envelope then fails with
 // codec.ErrNoCodec instead of reaching workflow code as a zero value.
-type codecStorage struct {
+type Store struct {
 	store.Store
 	c   codec.PayloadCodec
 	log *slog.Logger
@@ -38,16 +41,17 @@ type codecStorage struct {
 // decode waits before a worker may claim it again.
 const codecRetryDelay = time.Minute
 
-// withCodec returns s with every payload passed through c.
-func withCodec(s store.Store, c codec.PayloadCodec, log *slog.Logger) store.Store {
-	return codecStorage{Store: s, c: c, log: log}
+// New returns s with every payload passed through c. log receives the
+// payloads it cannot decode.
+func New(s store.Store, c codec.PayloadCodec, log *slog.Logger) store.Store {
+	return Store{Store: s, c: c, log: log}
 }
 
-func (s codecStorage) encode(p json.RawMessage) (json.RawMessage, error) {
+func (s Store) encode(p json.RawMessage) (json.RawMessage, error) {
 	return codec.Wrap(s.c, p)
 }
 
-func (s codecStorage) decode(p json.RawMessage) (json.RawMessage, error) {
+func (s Store) decode(p json.RawMessage) (json.RawMessage, error) {
 	return codec.Unwrap(s.c, p)
 }
 
@@ -105,7 +109,7 @@ func mapPayloads(a history.Attributes, f func(json.RawMessage) (json.RawMessage,
 }
 
 // decodeEvents decodes the payloads of events in place.
-func (s codecStorage) decodeEvents(runID string, events []history.Event) error {
+func (s Store) decodeEvents(runID string, events []history.Event) error {
 	for i := range events {
 		a, err := mapPayloads(events[i].Attributes, s.decode)
 		if err != nil {
@@ -116,11 +120,11 @@ func (s codecStorage) decodeEvents(runID string, events []history.Event) error {
 	return nil
 }
 
-// decodeHistory returns h with the payloads of its events decoded by c, for
+// DecodeHistory returns h with the payloads of its events decoded by c, for
 // replaying a history exported with its payloads encoded (the CLI exports
 // what is stored). Plain payloads pass unchanged; h is not modified.
-func decodeHistory(c codec.PayloadCodec, h history.History) (history.History, error) {
-	s := codecStorage{c: c}
+func DecodeHistory(c codec.PayloadCodec, h history.History) (history.History, error) {
+	s := Store{c: c}
 	events := make([]history.Event, len(h.Events))
 	copy(events, h.Events)
 	if err := s.decodeEvents(h.RunID, events); err != nil {
@@ -130,7 +134,7 @@ func decodeHistory(c codec.PayloadCodec, h history.History) (history.History, er
 	return h, nil
 }
 
-func (s codecStorage) decodeRun(r store.Run, err error) (store.Run, error) {
+func (s Store) decodeRun(r store.Run, err error) (store.Run, error) {
 	if err != nil {
 		return r, err
 	}
@@ -143,7 +147,7 @@ func (s codecStorage) decodeRun(r store.Run, err error) (store.Run, error) {
 	return r, nil
 }
 
-func (s codecStorage) decodeActivityTask(t *store.ActivityTask) error {
+func (s Store) decodeActivityTask(t *store.ActivityTask) error {
 	err := field("input", &t.Input, s.decode)
 	if err == nil {
 		err = field("heartbeat details", &t.Heartbeat, s.decode)
@@ -162,7 +166,7 @@ func (s codecStorage) decodeActivityTask(t *store.ActivityTask) error {
 // happened, so this never fails it: a hand-off that does not decode is
 // dropped, and the normal path (reading history, claiming the task, reading
 // the result) meets the error and reports it.
-func (s codecStorage) decodeReady(r store.Ready) store.Ready {
+func (s Store) decodeReady(r store.Ready) store.Ready {
 	for i := range r.WorkflowTasks {
 		if err := s.decodeEvents(r.WorkflowTasks[i].RunID, r.WorkflowTasks[i].Events); err != nil {
 			r.WorkflowTasks[i].Events = nil
@@ -198,7 +202,7 @@ func (s codecStorage) decodeReady(r store.Ready) store.Ready {
 
 // Writes.
 
-func (s codecStorage) CreateRun(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
+func (s Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
 	plain := in.Input
 	if err := field("input", &in.Input, s.encode); err != nil {
 		return store.Run{}, fmt.Errorf("create run of workflow %q: %w", in.WorkflowID, err)
@@ -224,7 +228,7 @@ func (s codecStorage) CreateRun(ctx context.Context, in store.CreateRunParams) (
 	return r2, err
 }
 
-func (s codecStorage) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowTaskParams) (store.Ready, error) {
+func (s Store) CommitWorkflowTask(ctx context.Context, in store.CommitWorkflowTaskParams) (store.Ready, error) {
 	enc, err := s.encodeCommit(in)
 	if err != nil {
 		return store.Ready{}, fmt.Errorf("commit workflow task of run %s: %w", in.RunID, err)
@@ -235,7 +239,7 @@ func (s codecStorage) CommitWorkflowTask(ctx context.Context, in store.CommitWor
 
 // encodeCommit returns a copy of in with its payloads encoded; in, which
 // the engine keeps, is not changed.
-func (s codecStorage) encodeCommit(in store.CommitWorkflowTaskParams) (store.CommitWorkflowTaskParams, error) {
+func (s Store) encodeCommit(in store.CommitWorkflowTaskParams) (store.CommitWorkflowTaskParams, error) {
 	if s.c == nil {
 		return in, nil
 	}
@@ -285,14 +289,14 @@ func (s codecStorage) encodeCommit(in store.CommitWorkflowTaskParams) (store.Com
 
 // encodeEvent returns a with its payloads encoded; without a codec, a
 // itself (writes need nothing then; reads still check for envelopes).
-func (s codecStorage) encodeEvent(a history.Attributes) (history.Attributes, error) {
+func (s Store) encodeEvent(a history.Attributes) (history.Attributes, error) {
 	if s.c == nil {
 		return a, nil
 	}
 	return mapPayloads(a, s.encode)
 }
 
-func (s codecStorage) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) (store.Ready, error) {
+func (s Store) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) (store.Ready, error) {
 	ev, err := s.encodeEvent(in.Event)
 	if err != nil {
 		return store.Ready{}, fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)
@@ -302,14 +306,14 @@ func (s codecStorage) ResolveActivity(ctx context.Context, in store.ResolveActiv
 	return s.decodeReady(ready), err
 }
 
-func (s codecStorage) FireTimers(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error) {
+func (s Store) FireTimers(ctx context.Context, in store.FireTimersParams) (store.Fired, []store.WorkflowTask, error) {
 	f, tasks, err := s.Store.FireTimers(ctx, in) // TimerFired carries no payload: nothing to encode
 	return f, s.decodeReady(store.Ready{WorkflowTasks: tasks}).WorkflowTasks, err
 }
 
 // SignalRun refuses, writing nothing, a payload for a run that this
 // engine's codec cannot decode (see checkRunDecodes).
-func (s codecStorage) SignalRun(ctx context.Context, in store.SignalParams, event history.Attributes) (store.Ready, error) {
+func (s Store) SignalRun(ctx context.Context, in store.SignalParams, event history.Attributes) (store.Ready, error) {
 	ev, err := s.encodeEvent(event)
 	if err != nil {
 		return store.Ready{}, fmt.Errorf("%s to workflow %q: %w", event.EventType(), in.WorkflowID, err)
@@ -338,7 +342,7 @@ var ErrCodecMismatch = errors.New("this engine's codec cannot decode the run it 
 //
 // Only the payload writes that can come from an engine that never read the
 // run need this: workers write into a run after decoding its history.
-func (s codecStorage) checkRunDecodes(ctx context.Context, workflowID string, event history.Attributes) error {
+func (s Store) checkRunDecodes(ctx context.Context, workflowID string, event history.Attributes) error {
 	if s.c == nil {
 		return nil
 	}
@@ -374,7 +378,7 @@ func (s codecStorage) checkRunDecodes(ctx context.Context, workflowID string, ev
 // newestPayloadDecodes returns the error of decoding the newest encoded
 // payload of the run's history, nil if it decodes or there is none; err is
 // the error of reading the history.
-func (s codecStorage) newestPayloadDecodes(ctx context.Context, runID string) (derr, err error) {
+func (s Store) newestPayloadDecodes(ctx context.Context, runID string) (derr, err error) {
 	events, err := s.Store.ListEvents(ctx, runID, 0)
 	if err != nil {
 		return nil, err
@@ -398,14 +402,14 @@ func (s codecStorage) newestPayloadDecodes(ctx context.Context, runID string) (d
 	return nil, nil
 }
 
-func (s codecStorage) HeartbeatActivity(ctx context.Context, in store.HeartbeatParams) error {
+func (s Store) HeartbeatActivity(ctx context.Context, in store.HeartbeatParams) error {
 	if err := field("details", &in.Details, s.encode); err != nil {
 		return fmt.Errorf("heartbeat of activity task %d: %w", in.TaskID, err)
 	}
 	return s.Store.HeartbeatActivity(ctx, in)
 }
 
-func (s codecStorage) EnqueueJob(ctx context.Context, in store.EnqueueJobParams) (int64, bool, error) {
+func (s Store) EnqueueJob(ctx context.Context, in store.EnqueueJobParams) (int64, bool, error) {
 	if err := field("input", &in.Task.Input, s.encode); err != nil {
 		return 0, false, fmt.Errorf("enqueue job %s: %w", in.Task.Activity, err)
 	}
@@ -417,7 +421,7 @@ func (s codecStorage) EnqueueJob(ctx context.Context, in store.EnqueueJobParams)
 // queues the input again as it was stored: redriving needs no plaintext.
 // An engine that cannot decode it (the durable CLI has no codec) redrives
 // all the same, and the workers decode it.
-func (s codecStorage) RedriveDeadLetter(ctx context.Context, in store.RedriveParams) (store.RedriveResult, error) {
+func (s Store) RedriveDeadLetter(ctx context.Context, in store.RedriveParams) (store.RedriveResult, error) {
 	task := in.Task
 	in.Task = func(runID string, a history.ActivityScheduled) (store.NewActivityTask, error) {
 		stored := a.Input
@@ -435,15 +439,15 @@ func (s codecStorage) RedriveDeadLetter(ctx context.Context, in store.RedrivePar
 
 // Reads.
 
-func (s codecStorage) GetRun(ctx context.Context, runID string) (store.Run, error) {
+func (s Store) GetRun(ctx context.Context, runID string) (store.Run, error) {
 	return s.decodeRun(s.Store.GetRun(ctx, runID))
 }
 
-func (s codecStorage) GetRunByWorkflowID(ctx context.Context, workflowID string) (store.Run, error) {
+func (s Store) GetRunByWorkflowID(ctx context.Context, workflowID string) (store.Run, error) {
 	return s.decodeRun(s.Store.GetRunByWorkflowID(ctx, workflowID))
 }
 
-func (s codecStorage) ListEvents(ctx context.Context, runID string, afterID int64) ([]history.Event, error) {
+func (s Store) ListEvents(ctx context.Context, runID string, afterID int64) ([]history.Event, error) {
 	events, err := s.Store.ListEvents(ctx, runID, afterID)
 	if err != nil {
 		return events, err
@@ -456,7 +460,7 @@ func (s codecStorage) ListEvents(ctx context.Context, runID string, afterID int6
 
 // ListEventsOfRuns leaves out the runs whose events do not decode: their
 // tasks read their own history and meet the error there.
-func (s codecStorage) ListEventsOfRuns(ctx context.Context, runIDs []string) (map[string][]history.Event, error) {
+func (s Store) ListEventsOfRuns(ctx context.Context, runIDs []string) (map[string][]history.Event, error) {
 	byRun, err := s.Store.ListEventsOfRuns(ctx, runIDs)
 	for runID, events := range byRun {
 		if s.decodeEvents(runID, events) != nil {
@@ -469,7 +473,7 @@ func (s codecStorage) ListEventsOfRuns(ctx context.Context, runIDs []string) (ma
 // ClaimWorkflowTasks drops the events of a task that do not decode: the
 // worker then reads the run's history, meets the error there and fails the
 // task with it, for all to see, until a worker with the right codec runs it.
-func (s codecStorage) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
+func (s Store) ClaimWorkflowTasks(ctx context.Context, in store.ClaimParams) ([]store.WorkflowTask, error) {
 	tasks, err := s.Store.ClaimWorkflowTasks(ctx, in)
 	for i := range tasks {
 		if s.decodeEvents(tasks[i].RunID, tasks[i].Events) != nil {
@@ -485,7 +489,7 @@ func (s codecStorage) ClaimWorkflowTasks(ctx context.Context, in store.ClaimPara
 // UnstartedActivities decodes the tasks' payloads. The engine only fails
 // these tasks, so one that does not decode is returned as it is: its
 // failure needs none of its payloads.
-func (s codecStorage) UnstartedActivities(ctx context.Context, now time.Time, limit int) ([]store.ActivityTask, error) {
+func (s Store) UnstartedActivities(ctx context.Context, now time.Time, limit int) ([]store.ActivityTask, error) {
 	tasks, err := s.Store.UnstartedActivities(ctx, now, limit)
 	for i := range tasks {
 		t := tasks[i]
@@ -496,7 +500,7 @@ func (s codecStorage) UnstartedActivities(ctx context.Context, now time.Time, li
 	return tasks, err
 }
 
-func (s codecStorage) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
+func (s Store) ClaimActivityTasks(ctx context.Context, in store.ClaimParams) ([]store.ActivityTask, error) {
 	tasks, err := s.Store.ClaimActivityTasks(ctx, in)
 	if err != nil {
 		return tasks, err
@@ -524,12 +528,12 @@ func (s codecStorage) ClaimActivityTasks(ctx context.Context, in store.ClaimPara
 	return out, nil
 }
 
-func (s codecStorage) TerminateRun(ctx context.Context, in store.TerminateParams) (store.Ready, error) {
+func (s Store) TerminateRun(ctx context.Context, in store.TerminateParams) (store.Ready, error) {
 	ready, err := s.Store.TerminateRun(ctx, in)
 	return s.decodeReady(ready), err
 }
 
-func (s codecStorage) ListDeadLetters(ctx context.Context, f store.DeadLetterFilter) ([]store.DeadLetter, error) {
+func (s Store) ListDeadLetters(ctx context.Context, f store.DeadLetterFilter) ([]store.DeadLetter, error) {
 	ds, err := s.Store.ListDeadLetters(ctx, f)
 	if err != nil {
 		return ds, err
@@ -542,7 +546,7 @@ func (s codecStorage) ListDeadLetters(ctx context.Context, f store.DeadLetterFil
 	return ds, nil
 }
 
-func (s codecStorage) GetDeadLetter(ctx context.Context, id int64) (store.DeadLetter, error) {
+func (s Store) GetDeadLetter(ctx context.Context, id int64) (store.DeadLetter, error) {
 	d, err := s.Store.GetDeadLetter(ctx, id)
 	if err != nil {
 		return d, err
@@ -553,7 +557,7 @@ func (s codecStorage) GetDeadLetter(ctx context.Context, id int64) (store.DeadLe
 	return d, nil
 }
 
-func (s codecStorage) ListPendingActivities(ctx context.Context, runID string) ([]store.PendingActivity, error) {
+func (s Store) ListPendingActivities(ctx context.Context, runID string) ([]store.PendingActivity, error) {
 	acts, err := s.Store.ListPendingActivities(ctx, runID)
 	if err != nil {
 		return acts, err
@@ -572,31 +576,15 @@ func (s codecStorage) ListPendingActivities(ctx context.Context, runID string) (
 
 // Notify sends notes as they are: a close note carries its run's outcome
 // only when there is no codec (Engine.closeNote).
-func (s codecStorage) Notify(ctx context.Context, notes []store.Note) error {
+func (s Store) Notify(ctx context.Context, notes []store.Note) error {
 	return s.Store.Notify(ctx, notes)
 }
 
 // Listen delivers notes as they come: a close note whose outcome is in an
 // envelope (from an engine with a codec) is not used; its run is read
 // (hub.dispatch).
-func (s codecStorage) Listen(ctx context.Context, onListen func(), deliver func(store.Note)) error {
+func (s Store) Listen(ctx context.Context, onListen func(), deliver func(store.Note)) error {
 	return s.Store.Listen(ctx, onListen, deliver)
 }
 
-var _ store.Store = codecStorage{}
-
-// codecKey carries the engine's codec in an activity's context, for
-// ExactlyOnce.
-type codecKey struct{}
-
-func withCodecContext(ctx context.Context, c codec.PayloadCodec) context.Context {
-	if c == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, codecKey{}, c)
-}
-
-func codecFromContext(ctx context.Context) codec.PayloadCodec {
-	c, _ := ctx.Value(codecKey{}).(codec.PayloadCodec)
-	return c
-}
+var _ store.Store = Store{}

@@ -1,4 +1,4 @@
-package engine
+package codecstore
 
 import (
 	"bytes"
@@ -69,12 +69,12 @@ func carriesPayload(t reflect.Type, seen map[reflect.Type]bool) bool {
 }
 
 // TestCodecStorageOverridesEveryPayloadMethod: every store method whose
-// parameters or results can carry a payload is declared on codecStorage in
-// codec.go, not promoted from the embedded store. A method added to the
+// parameters or results can carry a payload is declared on Store in
+// codecstore.go, not promoted from the embedded store. A method added to the
 // store interface with a payload fails here until the codec handles it.
 func TestCodecStorageOverridesEveryPayloadMethod(t *testing.T) {
 	t.Parallel()
-	f, err := parser.ParseFile(token.NewFileSet(), "codec.go", nil, parser.SkipObjectResolution)
+	f, err := parser.ParseFile(token.NewFileSet(), "codecstore.go", nil, parser.SkipObjectResolution)
 	require.NoError(t, err)
 	declared := map[string]bool{}
 	for _, d := range f.Decls {
@@ -82,7 +82,7 @@ func TestCodecStorageOverridesEveryPayloadMethod(t *testing.T) {
 		if !ok || fn.Recv == nil {
 			continue
 		}
-		if id, ok := fn.Recv.List[0].Type.(*ast.Ident); ok && id.Name == "codecStorage" {
+		if id, ok := fn.Recv.List[0].Type.(*ast.Ident); ok && id.Name == "Store" {
 			declared[fn.Name.Name] = true
 		}
 	}
@@ -92,7 +92,7 @@ func TestCodecStorageOverridesEveryPayloadMethod(t *testing.T) {
 		m := st.Method(i)
 		if carriesPayload(m.Type, map[reflect.Type]bool{}) {
 			payloadMethods = append(payloadMethods, m.Name)
-			require.True(t, declared[m.Name], "store.Store.%s carries payloads: codecStorage must encode or decode them", m.Name)
+			require.True(t, declared[m.Name], "store.Store.%s carries payloads: Store must encode or decode them", m.Name)
 		}
 	}
 	require.Contains(t, payloadMethods, "CommitWorkflowTask", "the payload detector works")
@@ -104,13 +104,13 @@ func TestCodecStorageOverridesEveryPayloadMethod(t *testing.T) {
 // activity options) through the codec, and back.
 func TestCodecCoversEveryEventPayload(t *testing.T) {
 	t.Parallel()
-	src, err := os.ReadFile("../history/events.go")
+	src, err := os.ReadFile("../../../history/events.go")
 	require.NoError(t, err)
 	names := regexp.MustCompile(`\) EventType\(\) string\s*\{\s*return "(\w+)"`).FindAllSubmatch(src, -1)
 	require.GreaterOrEqual(t, len(names), 20, "the event types are found")
 	c, err := codec.AESGCM(bytes.Repeat([]byte{9}, 32))
 	require.NoError(t, err)
-	s := codecStorage{c: c}
+	s := Store{c: c}
 	const plain = `"payload"`
 	for _, m := range names {
 		zero, err := history.Decode(string(m[1]), []byte(`{}`))
@@ -164,8 +164,8 @@ func setupCodecStores(t *testing.T) *codecStores {
 	t.Cleanup(cancel)
 	return &codecStores{
 		pool: pool, base: base,
-		key1: withCodec(base, c1, log), key2: withCodec(base, c2, log), none: withCodec(base, nil, log),
-		refusing: withCodec(base, refuseCodec{c1}, log),
+		key1: New(base, c1, log), key2: New(base, c2, log), none: New(base, nil, log),
+		refusing: New(base, refuseCodec{c1}, log),
 		ctx:      ctx, now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC),
 	}
 }
@@ -286,7 +286,7 @@ func FuzzCodecEvent(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	s := codecStorage{c: c}
+	s := Store{c: c}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var e history.Event
 		if json.Unmarshal(data, &e) != nil {
