@@ -113,6 +113,42 @@ var cases = []struct {
 	// text.go
 	{"ErrorTextsAreStoredEscaped", testErrorTextsAreStoredEscaped},
 	{"UnstorablePayloadIsRefusedAndChangesNothing", testUnstorablePayloadIsRefusedAndChangesNothing},
+
+	// delayedstart.go
+	{"CreateRunWithStartAtHoldsTheFirstTask", testCreateRunWithStartAtHoldsTheFirstTask},
+	{"CreateRunWithPastStartAtStartsAtOnce", testCreateRunWithPastStartAtStartsAtOnce},
+	{"TerminateEndsAHeldRun", testTerminateEndsAHeldRun},
+
+	// asyncoutcomes.go
+	{"HandedOffClaimStaysWithItsNewHolder", testHandedOffClaimStaysWithItsNewHolder},
+	{"HeldOutcomeResolvesOnlyAHeldClaim", testHeldOutcomeResolvesOnlyAHeldClaim},
+
+	// timers.go
+	{"TimersFireOnceWhenDue", testTimersFireOnceWhenDue},
+	{"FireTimersHonoursLimitAndSkip", testFireTimersHonoursLimitAndSkip},
+	{"FireTimersClaimsForTheFiringWorker", testFireTimersClaimsForTheFiringWorker},
+	{"CanceledTimersAndTimersOfClosedRunsNeverFire", testCanceledTimersAndTimersOfClosedRunsNeverFire},
+
+	// notes.go
+	{"NotesReachEveryListener", testNotesReachEveryListener},
+	{"WritesAnnounceWhatTheyAreAskedTo", testWritesAnnounceWhatTheyAreAskedTo},
+
+	// groupcommit.go
+	{"GroupCommitTakesEveryWriteEffect", testGroupCommitTakesEveryWriteEffect},
+
+	// admin.go
+	{"ListRunsFiltersNewestFirst", testListRunsFiltersNewestFirst},
+	{"ListEventsOfRunsReturnsWholeHistories", testListEventsOfRunsReturnsWholeHistories},
+	{"ListPendingActivitiesShowsEachAttempt", testListPendingActivitiesShowsEachAttempt},
+	{"QueueStatsCountsTasksAndTimersPerQueue", testQueueStatsCountsTasksAndTimersPerQueue},
+	{"DeadLetterStatsCountWhatWaitsForARedrive", testDeadLetterStatsCountWhatWaitsForARedrive},
+	{"ActivityStatsCountEachEndingOnce", testActivityStatsCountEachEndingOnce},
+	{"IdleUntilNamesTheNextDueTimeWhileNothingRuns", testIdleUntilNamesTheNextDueTimeWhileNothingRuns},
+
+	// database.go
+	{"MigrateOnACurrentSchemaAppliesNothing", testMigrateOnACurrentSchemaAppliesNothing},
+	{"NowReadsTheDatabaseClock", testNowReadsTheDatabaseClock},
+	{"TransientIsFalseForAnswers", testTransientIsFalseForAnswers},
 }
 
 // The fixtures' defaults.
