@@ -19,6 +19,7 @@ import (
 
 	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/dbclock"
 	"github.com/durable-go/durable/internal/osclock"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/store/codecstore"
@@ -296,7 +297,7 @@ type Engine struct {
 	wakes   wakeups          // soon-due timers of cached runs (timerfire.go)
 	hub     *hub
 	nowFunc func() time.Time // the engine's clock: Options.NowFunc, or the database's
-	dueFunc func() time.Time // nowFunc at its earliest (see dbClock.due)
+	dueFunc func() time.Time // nowFunc at its earliest (see dbclock.Clock.Due)
 	running atomic.Bool
 	pools   atomic.Pointer[pools] // set while Run runs
 	// handoffMu orders Start's hand-offs before Run drops its pools.
@@ -350,11 +351,11 @@ func newEngine(st store.Store, pg *pgBackend, opts Options, wrap func(store.Stor
 	}
 	e.nowFunc = opts.NowFunc
 	if e.nowFunc == nil {
-		c, err := newDBClock(ctx, e.store.Now, opts.osNowFunc, e.log)
+		c, err := dbclock.New(ctx, e.store.Now, opts.osNowFunc, e.log)
 		if err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
-		e.nowFunc, e.dueFunc = c.now, c.due
+		e.nowFunc, e.dueFunc = c.Now, c.Due
 	}
 	// Metrics last: a New that failed above (the database down, say) leaves
 	// the registry as it was, so it can simply be called again.

@@ -1,4 +1,6 @@
-package engine
+// Package dbclock is the engine's clock: the database's, read now and then
+// and carried forward by the process's monotonic clock.
+package dbclock
 
 import (
 	"context"
@@ -10,7 +12,7 @@ import (
 // The engine's clock decides every lease, claim, due time and timer fire,
 // and every engine on a database compares its times with the others'. So,
 // unless Options.NowFunc is set (a test's clock), it is the database's: a
-// dbClock reads the database's clock now and then and carries it forward
+// Clock reads the database's clock now and then and carries it forward
 // by the process's monotonic clock, which a wrong or stepped wall clock
 // does not move. A read costs a round trip once a minute; the clock itself
 // costs a time.Now and an atomic load.
@@ -33,8 +35,8 @@ const (
 // apart: 100 parts per million, an uncorrected quartz clock's worst.
 const clockDrift = 10_000
 
-// dbClock is the database's clock carried forward by the process's.
-type dbClock struct {
+// Clock is the database's clock carried forward by the process's.
+type Clock struct {
 	read  func(context.Context) (time.Time, error) // the database's clock
 	local func() time.Time                         // the process's: time.Now
 	log   *slog.Logger
@@ -55,10 +57,10 @@ type clockReading struct {
 	tried time.Time
 }
 
-// newDBClock returns the database's clock as read now; it fails if the
+// New returns the database's clock as read now; it fails if the
 // database does not answer.
-func newDBClock(ctx context.Context, read func(context.Context) (time.Time, error), local func() time.Time, log *slog.Logger) (*dbClock, error) {
-	c := &dbClock{read: read, local: local, log: log}
+func New(ctx context.Context, read func(context.Context) (time.Time, error), local func() time.Time, log *slog.Logger) (*Clock, error) {
+	c := &Clock{read: read, local: local, log: log}
 	for range clockFirstReads {
 		if err := c.sync(ctx); err != nil {
 			return nil, err
@@ -70,7 +72,7 @@ func newDBClock(ctx context.Context, read func(context.Context) (time.Time, erro
 	return c, nil
 }
 
-// now returns the database's clock at its latest: the reading carried
+// Now returns the database's clock at its latest: the reading carried
 // forward plus how far it may be off (half its round trip, and the drift
 // since), so that a timer due at now plus its duration, or a lease ending
 // at now plus its length, is never cut short by the database's clock. Once
@@ -78,7 +80,7 @@ func newDBClock(ctx context.Context, read func(context.Context) (time.Time, erro
 // again in the background; the clock goes on meanwhile. It never goes
 // back: a new reading a little behind the last one carried forward holds
 // the clock still until it catches up.
-func (c *dbClock) now() time.Time {
+func (c *Clock) Now() time.Time {
 	b, since := c.reading()
 	t := b.db.Add(since + b.off + since.Abs()/clockDrift) // at its latest
 	for n := t.UnixNano(); ; {
@@ -92,7 +94,7 @@ func (c *dbClock) now() time.Time {
 	}
 }
 
-// due returns the database's clock at its earliest: the reading carried
+// Due returns the database's clock at its earliest: the reading carried
 // forward less how far it may be off (half its round trip, and the drift
 // since). Whether a timer is due, or a claim has lapsed, is decided by it,
 // so that no engine fires a timer or takes a claim before the database's
@@ -100,7 +102,7 @@ func (c *dbClock) now() time.Time {
 //
 // It is the reading's own, not now's less the uncertainty: now may hold
 // still at what an earlier, less precise reading allowed.
-func (c *dbClock) due() time.Time {
+func (c *Clock) Due() time.Time {
 	b, since := c.reading()
 	return b.db.Add(since - b.off - since.Abs()/clockDrift)
 }
@@ -108,7 +110,7 @@ func (c *dbClock) due() time.Time {
 // reading returns the latest reading and the process's time since it
 // (monotonic when both have a monotonic reading), and starts a new read in
 // the background when it is due.
-func (c *dbClock) reading() (*clockReading, time.Duration) {
+func (c *Clock) reading() (*clockReading, time.Duration) {
 	b, l := c.base.Load(), c.local()
 	every := clockResync
 	if b.off > clockPrecise {
@@ -122,7 +124,7 @@ func (c *dbClock) reading() (*clockReading, time.Duration) {
 
 // resync reads the database's clock again. If the database does not
 // answer, the clock goes on from its last reading, and says so once.
-func (c *dbClock) resync() {
+func (c *Clock) resync() {
 	defer c.syncing.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -140,7 +142,7 @@ func (c *dbClock) resync() {
 
 // sync reads the database's clock and keeps the reading, unless the last
 // one, carried forward, is the more precise (the read was slow).
-func (c *dbClock) sync(ctx context.Context) error {
+func (c *Clock) sync(ctx context.Context) error {
 	before := c.local()
 	db, err := c.read(ctx)
 	after := c.local()
