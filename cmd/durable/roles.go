@@ -5,28 +5,11 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"text/template"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/durable-go/durable/internal/store/postgres"
 )
-
-// rolesSQL is the script 'durable migrate roles' prints, with the role
-// names to fill in.
-//
-//go:embed roles.sql.tmpl
-var rolesSQL string
-
-var rolesTemplate = template.Must(template.New("roles").Funcs(template.FuncMap{
-	// The names are checked by checkRoleName before they get here; they
-	// are quoted all the same.
-	"ident":   func(s string) string { return pgx.Identifier{s}.Sanitize() },
-	"literal": func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" },
-	// The migrations' own table, created as the migrations create it.
-	"migrationsTable": func() string { return strings.TrimSpace(postgres.CreateMigrationsTable) },
-}).Parse(rolesSQL))
 
 // roleNames are the three roles of the roles script.
 type roleNames struct {
@@ -63,11 +46,7 @@ func rolesScript(n roleNames) (string, error) {
 	if n.Owner == n.Worker || n.Owner == n.Readonly || n.Worker == n.Readonly {
 		return "", usageError("--owner, --worker and --readonly must be three different roles, got %q, %q and %q", n.Owner, n.Worker, n.Readonly)
 	}
-	var b strings.Builder
-	if err := rolesTemplate.Execute(&b, n); err != nil {
-		return "", fmt.Errorf("fill in the roles script: %w", err)
-	}
-	return b.String(), nil
+	return postgres.RolesScript(postgres.Roles{Owner: n.Owner, Worker: n.Worker, Readonly: n.Readonly})
 }
 
 func (a *app) migrateRolesCommand() *cobra.Command {
