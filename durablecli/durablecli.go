@@ -59,8 +59,10 @@ func WithCodec(c codec.PayloadCodec) Option {
 }
 
 // Command returns the "replay" command, with trace and check. register
-// registers the program's workflows (and may register activities too).
-func Command(register func(*engine.Engine) error, opts ...Option) *cobra.Command {
+// registers the program's workflows (and may register activities too) on
+// an engine or a replayer: the function the program's own engines register
+// with, if it takes an engine.Registrar.
+func Command(register func(engine.Registrar) error, opts ...Option) *cobra.Command {
 	eo := engine.Options{Logger: quiet()}
 	for _, o := range opts {
 		o(&eo)
@@ -87,13 +89,9 @@ func Command(register func(*engine.Engine) error, opts ...Option) *cobra.Command
 				return usageError{errors.New("give a workflow ID or --file, not both")}
 			}
 			ctx := cmd.Context()
-			var (
-				e   *engine.Engine
-				h   history.History
-				err error
-			)
 			if file != "" {
-				if e, err = replayer(eo, register); err != nil {
+				rp, err := replayer(eo, register)
+				if err != nil {
 					return err
 				}
 				f, err := os.Open(file)
@@ -101,18 +99,20 @@ func Command(register func(*engine.Engine) error, opts ...Option) *cobra.Command
 					return err
 				}
 				defer f.Close()
-				if h, err = history.Import(f); err != nil {
+				h, err := history.Import(f)
+				if err != nil {
 					return err
 				}
-			} else {
-				var closeDB func()
-				if e, closeDB, err = connected(ctx, db, eo, register); err != nil {
-					return err
-				}
-				defer closeDB()
-				if h, err = e.ExportHistory(ctx, args[0]); err != nil {
-					return err
-				}
+				return printTrace(ctx, cmd.OutOrStdout(), rp, h, until)
+			}
+			e, closeDB, err := connected(ctx, db, eo, register)
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			h, err := e.ExportHistory(ctx, args[0])
+			if err != nil {
+				return err
 			}
 			return printTrace(ctx, cmd.OutOrStdout(), e, h, until)
 		},
@@ -166,7 +166,7 @@ func Command(register func(*engine.Engine) error, opts ...Option) *cobra.Command
 
 // Run runs the replay command with args and returns the exit code: 0 ok,
 // 1 a divergence or an error, 2 a usage error.
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer, register func(*engine.Engine) error, opts ...Option) int {
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer, register func(engine.Registrar) error, opts ...Option) int {
 	cmd := Command(register, opts...)
 	cmd.SetArgs(args)
 	cmd.SetOut(stdout)
@@ -183,13 +183,19 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, register 
 	return 1
 }
 
-func printTrace(ctx context.Context, w io.Writer, e *engine.Engine, h history.History, until int64) error {
+// tracer is what replays a trace: an *engine.Replayer, or an
+// *engine.Engine on the run's database.
+type tracer interface {
+	ReplayTrace(ctx context.Context, h history.History, until int64, fn func(engine.TraceStep)) ([]string, error)
+}
+
+func printTrace(ctx context.Context, w io.Writer, t tracer, h history.History, until int64) error {
 	fmt.Fprintf(w, "run %s of %s (%s), %d events\n", h.RunID, h.WorkflowID, h.WorkflowType, len(h.Events))
-	pending, err := e.ReplayTrace(ctx, h, until, func(s engine.TraceStep) {
+	pending, err := t.ReplayTrace(ctx, h, until, func(s engine.TraceStep) {
 		switch s.Kind {
-		case "event":
+		case engine.TraceEvent:
 			fmt.Fprintf(w, "%5d  ->  %s\n", s.EventID, s.Text)
-		case "command":
+		case engine.TraceCommand:
 			fmt.Fprintf(w, "%5d  <-  %s\n", s.EventID, s.Text)
 		default:
 			fmt.Fprintf(w, "       log %s\n", s.Text)
@@ -221,15 +227,17 @@ func (d divergence) Unwrap() error { return d.error }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-func replayer(o engine.Options, register func(*engine.Engine) error) (*engine.Engine, error) {
-	e, err := engine.NewReplayer(o)
+func replayer(o engine.Options, register func(engine.Registrar) error) (*engine.Replayer, error) {
+	rp, err := engine.NewReplayer(engine.ReplayerOptions{
+		Codec: o.Codec, Logger: o.Logger, WorkflowDeadlockTimeout: o.WorkflowDeadlockTimeout, MaxPayloadBytes: o.MaxPayloadBytes,
+	})
 	if err != nil {
 		return nil, err
 	}
-	return e, register(e)
+	return rp, register(rp)
 }
 
-func connected(ctx context.Context, db string, o engine.Options, register func(*engine.Engine) error) (*engine.Engine, func(), error) {
+func connected(ctx context.Context, db string, o engine.Options, register func(engine.Registrar) error) (*engine.Engine, func(), error) {
 	pool, err := pgxpool.New(ctx, db)
 	if err != nil {
 		return nil, nil, err

@@ -24,7 +24,7 @@ import (
 
 var nudged = filepath.Join("..", "testdata", "histories", "onboarding-nudged.json")
 
-func run(t *testing.T, register func(*engine.Engine) error, args ...string) (string, int) {
+func run(t *testing.T, register func(engine.Registrar) error, args ...string) (string, int) {
 	t.Helper()
 	var out bytes.Buffer
 	code := durablecli.Run(context.Background(), args, &out, &out, register)
@@ -51,17 +51,17 @@ func TestTraceUntilPrintsWhatTheRunWaitsFor(t *testing.T) {
 	require.NotContains(t, out, "SendWelcomeEmail")
 }
 
-func registerSwapped(e *engine.Engine) error {
+func registerSwapped(r engine.Registrar) error {
 	swapped := func(ctx workflow.Context, in onboard.OnboardInput) (onboard.OnboardResult, error) {
 		if _, err := workflow.ExecuteActivity(ctx, onboard.ProvisionAccount, in.Email).Get(ctx); err != nil {
 			return onboard.OnboardResult{}, err
 		}
 		return onboard.OnboardResult{}, workflow.Sleep(ctx, time.Hour)
 	}
-	if err := engine.RegisterWorkflow(e, swapped, engine.WorkflowOptions{Name: "Onboard"}); err != nil {
+	if err := engine.RegisterWorkflow(r, swapped, engine.WorkflowOptions{Name: "Onboard"}); err != nil {
 		return err
 	}
-	return engine.RegisterActivity(e, onboard.ProvisionAccount, activity.Options{})
+	return engine.RegisterActivity(r, onboard.ProvisionAccount, activity.Options{})
 }
 
 func TestTraceReportsTheDivergence(t *testing.T) {

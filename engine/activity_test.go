@@ -39,7 +39,7 @@ func fastRetry(max int) activity.RetryPolicy {
 	return activity.RetryPolicy{InitialInterval: time.Millisecond, MaximumInterval: 5 * time.Millisecond, MaximumAttempts: max}
 }
 
-func waitDeadLetter(t *testing.T, e *engine.Engine, kind string) engine.DeadLetter {
+func waitDeadLetter(t *testing.T, e *engine.Engine, kind engine.DeadLetterKind) engine.DeadLetter {
 	t.Helper()
 	var ds []engine.DeadLetter
 	require.Eventually(t, func() bool {

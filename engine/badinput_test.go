@@ -120,7 +120,7 @@ func TestHostileStringsAreParameters(t *testing.T) {
 		info, err := e2.Describe(ctx, h)
 		require.NoError(t, err)
 		require.Equal(t, h, info.WorkflowID)
-		_, err = e2.DeadLetters(ctx, engine.DeadLetterFilter{Type: h, Kind: h})
+		_, err = e2.DeadLetters(ctx, engine.DeadLetterFilter{Type: h, Kind: engine.DeadLetterKind(h)})
 		require.NoError(t, err)
 		_, err = engine.Enqueue(ctx, e2, Noop, 1, engine.JobOptions{Key: h, RunAfter: time.Hour})
 		require.NoError(t, err)

@@ -27,9 +27,8 @@ var (
 // DeadLetter is a standalone job or a workflow run that failed for good,
 // with what it takes to understand and redrive it.
 type DeadLetter struct {
-	ID int64
-	// Kind is DeadJob or DeadWorkflow.
-	Kind string
+	ID   int64
+	Kind DeadLetterKind
 	// Type is the activity or workflow type.
 	Type  string
 	Queue string
@@ -52,7 +51,7 @@ type DeadLetter struct {
 
 // DeadLetterFilter selects dead letters; zero fields match everything.
 type DeadLetterFilter struct {
-	Kind string
+	Kind DeadLetterKind
 	Type string
 	// Pending keeps those not redriven yet.
 	Pending bool
@@ -65,24 +64,37 @@ type DeadLetterFilter struct {
 
 func deadLetter(d store.DeadLetter) DeadLetter {
 	return DeadLetter{
-		ID: d.ID, Kind: d.Kind, Type: d.Type, Queue: d.Queue, Payload: d.Payload, IdempotencyKey: d.IdempotencyKey,
+		ID: d.ID, Kind: DeadLetterKind(d.Kind), Type: d.Type, Queue: d.Queue, Payload: d.Payload, IdempotencyKey: d.IdempotencyKey,
 		RunID: d.RunID, WorkflowID: d.WorkflowID, Attempts: d.Attempts, LastError: d.LastError, ErrorClass: d.ErrorClass,
 		FirstFailedAt: d.FirstFailedAt, DeadLetteredAt: d.DeadLetteredAt, RedrivenAt: d.RedrivenAt, RedriveRunID: d.RedriveRunID,
 	}
 }
 
-// Dead-letter kinds.
+// DeadLetterKind says what a dead letter holds: a job or a workflow run.
+type DeadLetterKind string
+
+// Dead-letter kinds. The values are those the database stores and the
+// durable CLI's --kind flag takes.
 const (
-	DeadJob      = store.DeadJob
-	DeadWorkflow = store.DeadWorkflow
+	// DeadJob is a standalone job (Enqueue) that failed for good: a
+	// permanent error, its retries spent, or out of time.
+	DeadJob DeadLetterKind = "job"
+	// DeadWorkflow is a workflow run that failed: its function returned
+	// an error. Redriving it continues its history in a new run.
+	DeadWorkflow DeadLetterKind = "workflow"
 )
+
+// storeFilter is f as the store takes it.
+func (f DeadLetterFilter) storeFilter() store.DeadLetterFilter {
+	return store.DeadLetterFilter{Kind: string(f.Kind), Type: f.Type, Pending: f.Pending, BeforeID: f.BeforeID, Limit: f.Limit}
+}
 
 // DeadLetters lists dead letters, newest first (at most f.Limit, default 100).
 func (e *Engine) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
 	if err := e.needDB(); err != nil {
 		return nil, err
 	}
-	ds, err := e.store.ListDeadLetters(ctx, store.DeadLetterFilter(f))
+	ds, err := e.store.ListDeadLetters(ctx, f.storeFilter())
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +202,7 @@ func (e *Engine) RedriveAll(ctx context.Context, f DeadLetterFilter) (int, error
 	n := 0
 	var skipped []error
 	for {
-		ds, err := e.store.ListDeadLetters(ctx, store.DeadLetterFilter(f))
+		ds, err := e.store.ListDeadLetters(ctx, f.storeFilter())
 		if err != nil {
 			return n, err
 		}

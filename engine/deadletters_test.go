@@ -41,7 +41,7 @@ func (j *heldJob) Run(ctx context.Context, n int) (string, error) {
 }
 
 // pendingDeadLetters returns the IDs of the dead letters of kind not redriven yet.
-func pendingDeadLetters(t *testing.T, e *engine.Engine, kind string) []int64 {
+func pendingDeadLetters(t *testing.T, e *engine.Engine, kind engine.DeadLetterKind) []int64 {
 	t.Helper()
 	ds, err := e.DeadLetters(t.Context(), engine.DeadLetterFilter{Kind: kind, Pending: true})
 	require.NoError(t, err)

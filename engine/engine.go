@@ -393,29 +393,6 @@ func (e *Engine) registerMetrics() error {
 	return nil
 }
 
-// ErrNoDatabase is returned by an engine made with NewReplayer for anything
-// that needs the database.
-var ErrNoDatabase = errors.New("engine has no database (made with NewReplayer): it can only replay")
-
-// NewReplayer returns an engine without a database, for replaying recorded
-// histories (Replay, ReplayTrace) in tests and tools. Register workflows on
-// it as usual; everything that needs the database returns ErrNoDatabase.
-func NewReplayer(opts Options) (*Engine, error) {
-	if err := opts.validate(); err != nil {
-		return nil, err
-	}
-	opts = opts.withDefaults()
-	now := opts.NowFunc
-	if now == nil {
-		now = opts.osNowFunc // a replay compares no times with a database
-	}
-	return &Engine{
-		opts: opts, log: opts.Logger, nowFunc: now,
-		workflows: map[string]*workflowDef{}, activities: map[string]*activityDef{}, names: map[uintptr]string{},
-		cache: newRunCache(0), metrics: newMetrics(), tracer: newTracer(opts.TracerProvider),
-	}, nil
-}
-
 // checkName validates an identifier that reaches the database: a workflow
 // ID, signal name, queue, job key. PostgreSQL text holds valid UTF-8 without
 // NUL bytes.
@@ -433,7 +410,7 @@ func checkName(what, s string, limit int) error {
 
 func (e *Engine) needDB() error {
 	if e.store == nil {
-		return ErrNoDatabase
+		return errNoDatabase
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/engine"
+	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/workflow"
 )
@@ -258,4 +260,77 @@ func ExampleRun_History() {
 	// 7 activity_completed
 	// 8 workflow_completed
 	// completed 8
+}
+
+// PlaceOrderShippingFirst is a change to PlaceOrder that ships before it
+// charges: fine for new orders, but not for the runs already in flight.
+func PlaceOrderShippingFirst(ctx workflow.Context, o Order) (string, error) {
+	reserved, err := workflow.ExecuteActivity(ctx, Reserve, o).Get(ctx)
+	if err != nil {
+		return "", err
+	}
+	tracking, err := workflow.ExecuteActivity(ctx, Ship, o.ID).Get(ctx)
+	if err != nil {
+		return "", err
+	}
+	charged, err := workflow.ExecuteActivity(ctx, Charge, o).Get(ctx)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("order %s: reserved %s, charged %d cents, shipped as %s", o.ID, reserved, charged, tracking), nil
+}
+
+// A Replayer checks workflow code against recorded histories, with no
+// database: the test to run before deploying changed workflow code. The
+// history here comes from a run on the database, exported as `durable
+// workflow history ID --json --payloads` writes it; a test would read such
+// files from testdata.
+func ExampleReplayer() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, cleanup := pgtest.ExamplePool()
+	defer cleanup()
+	eng := newOrderEngine(pool)
+	stop := runEngine(eng)
+	defer stop()
+	run, err := engine.Start(ctx, eng, PlaceOrder, Order{ID: "5", SKU: "widget", Quantity: 1, Cents: 999}, engine.StartOptions{ID: "order-5"})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := run.Result(ctx); err != nil {
+		panic(err)
+	}
+	recorded, err := eng.ExportHistory(ctx, "order-5")
+	if err != nil {
+		panic(err)
+	}
+	var file bytes.Buffer
+	if err := history.Export(&file, recorded); err != nil {
+		panic(err)
+	}
+
+	// The test: import the file, register the code under the names the
+	// engines recorded, replay.
+	h, err := history.Import(&file)
+	if err != nil {
+		panic(err)
+	}
+	replay := func(wf func(workflow.Context, Order) (string, error)) error {
+		rp, err := engine.NewReplayer(engine.ReplayerOptions{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return err
+		}
+		if err := engine.RegisterWorkflow(rp, wf, engine.WorkflowOptions{Name: "PlaceOrder"}); err != nil {
+			return err
+		}
+		return rp.Replay(ctx, h)
+	}
+	fmt.Println("PlaceOrder replays:", replay(PlaceOrder) == nil)
+	var nd *workflow.NonDeterminismError
+	if errors.As(replay(PlaceOrderShippingFirst), &nd) {
+		fmt.Printf("PlaceOrderShippingFirst diverges at event %d: history has %s, code did %s\n", nd.EventID, nd.Recorded, nd.Got)
+	}
+	// Output:
+	// PlaceOrder replays: true
+	// PlaceOrderShippingFirst diverges at event 4: history has ActivityScheduled(Charge, seq 2), code did ActivityScheduled(Ship, seq 2)
 }

@@ -40,12 +40,24 @@ type activityDef struct {
 	run  func(context.Context, json.RawMessage) (json.RawMessage, error)
 }
 
-// RegisterWorkflow makes fn runnable by this engine's workers under its name.
-// Register every workflow before Run.
-func RegisterWorkflow[In, Out any](e *Engine, fn func(workflow.Context, In) (Out, error), o WorkflowOptions) error {
+// Registrar is what workflows and activities are registered on: an
+// *Engine, which runs them, or a *Replayer, which replays their histories.
+// A program that registers its code in one function taking a Registrar
+// calls it for both, so the replayer knows the code under the names the
+// engines recorded.
+type Registrar interface {
+	registry() *Engine
+}
+
+func (e *Engine) registry() *Engine { return e }
+
+// RegisterWorkflow makes fn runnable by r under its name: by an engine's
+// workers, or by a replayer. Register every workflow before Run.
+func RegisterWorkflow[In, Out any](r Registrar, fn func(workflow.Context, In) (Out, error), o WorkflowOptions) error {
 	if fn == nil {
 		return fmt.Errorf("register workflow: nil function")
 	}
+	e := r.registry()
 	name, err := registeredName(fn, o.Name)
 	if err != nil {
 		return fmt.Errorf("register workflow: %w", err)
@@ -82,12 +94,15 @@ func RegisterWorkflow[In, Out any](e *Engine, fn func(workflow.Context, In) (Out
 	return nil
 }
 
-// RegisterActivity makes fn runnable by this engine's workers, with o as its
-// default options (workflow code may override them per call).
-func RegisterActivity[In, Out any](e *Engine, fn func(context.Context, In) (Out, error), o activity.Options) error {
+// RegisterActivity makes fn runnable by r's workers, with o as its default
+// options (workflow code may override them per call). On a Replayer, which
+// runs no activity, it records the name and options that workflow code's
+// calls of fn resolve to.
+func RegisterActivity[In, Out any](r Registrar, fn func(context.Context, In) (Out, error), o activity.Options) error {
 	if fn == nil {
 		return fmt.Errorf("register activity: nil function")
 	}
+	e := r.registry()
 	if err := o.Validate(); err != nil {
 		return fmt.Errorf("register activity: %w", err)
 	}

@@ -17,9 +17,9 @@ import (
 // recorded history (from a file, or History of a run), without touching the
 // database. It returns nil when the code reproduces the history, or the first
 // divergence as a *workflow.NonDeterminismError naming the event, what
-// history recorded, what the code did and where. Use it in tests, with
-// histories recorded from production, before deploying changed workflow
-// code.
+// history recorded, what the code did and where. A Replayer does the same
+// with no database: use one in tests, with histories recorded from
+// production, before deploying changed workflow code.
 //
 // A history may end open, closed by the code (completed, failed, canceled,
 // continued as new: the code must then give no command past the end), or
@@ -135,12 +135,27 @@ func Query[T any](ctx context.Context, e *Engine, workflowID, name string) (T, e
 type TraceStep struct {
 	// EventID is the history event the step belongs to.
 	EventID int64
-	// Kind is "event" (an event delivered to the workflow code), "command"
-	// (a recorded command matched with the code's call, and where the code
-	// made it), or "log" (a line the workflow logged at that point).
-	Kind string
+	Kind    TraceKind
+	// Text describes the step for a person: the event and its attributes,
+	// the command and the file:line of the call that made it, or the log
+	// record.
 	Text string
 }
+
+// TraceKind says what a TraceStep is.
+type TraceKind string
+
+// Trace step kinds.
+const (
+	// TraceEvent is an event delivered to the workflow code.
+	TraceEvent TraceKind = "event"
+	// TraceCommand is a recorded command matched with the code's call, and
+	// where the code made it.
+	TraceCommand TraceKind = "command"
+	// TraceLog is a line the workflow logged at that point (a replay
+	// otherwise drops the workflow's log lines).
+	TraceLog TraceKind = "log"
+)
 
 // ReplayTrace replays h like Replay, calling fn for each step, and stops
 // after event until (0: the whole history). It returns what the run waits
@@ -168,7 +183,7 @@ func (e *Engine) ReplayTrace(ctx context.Context, h history.History, until int64
 		RunID: h.RunID, WorkflowID: started.WorkflowID, WorkflowType: started.WorkflowType,
 		Func: def.run, ResolveActivity: e.resolveActivity, ResolveWorkflow: e.resolveWorkflow, Logger: e.log,
 		DeadlockTimeout: e.opts.WorkflowDeadlockTimeout,
-		Trace:           func(id int64, kind, text string) { fn(TraceStep{EventID: id, Kind: kind, Text: text}) },
+		Trace:           func(id int64, kind, text string) { fn(TraceStep{EventID: id, Kind: TraceKind(kind), Text: text}) },
 	})
 	defer x.Close()
 	if err := x.Apply(h.Events, math.MaxInt64); err != nil {

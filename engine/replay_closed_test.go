@@ -121,7 +121,7 @@ func TestClosedRunsReplay(t *testing.T) {
 			last := h.Events[len(h.Events)-1]
 			require.Equal(t, tt.last, last.Type())
 
-			rp, err := engine.NewReplayer(engine.Options{Logger: quietLogger()})
+			rp, err := engine.NewReplayer(engine.ReplayerOptions{Logger: quietLogger()})
 			require.NoError(t, err)
 			require.NoError(t, engine.RegisterWorkflow(rp, AwaitsApproval, engine.WorkflowOptions{}))
 			require.NoError(t, engine.RegisterActivity(rp, Add, activity.Options{}))
@@ -133,7 +133,7 @@ func TestClosedRunsReplay(t *testing.T) {
 			require.NotEmpty(t, steps)
 			require.Equal(t, last.ID, steps[len(steps)-1].EventID, "the trace reaches the close event")
 			if _, ok := last.Attributes.(history.WorkflowTerminated); ok {
-				require.Equal(t, engine.TraceStep{EventID: last.ID, Kind: "event", Text: "WorkflowTerminated: " + last.Attributes.(history.WorkflowTerminated).Reason},
+				require.Equal(t, engine.TraceStep{EventID: last.ID, Kind: engine.TraceEvent, Text: "WorkflowTerminated: " + last.Attributes.(history.WorkflowTerminated).Reason},
 					steps[len(steps)-1])
 				require.Empty(t, pending, "a terminated run waits for nothing")
 			}
@@ -147,7 +147,7 @@ func TestClosedRunsReplay(t *testing.T) {
 // termination ends it, and nothing may follow.
 func TestReplayRejectsEventsAfterTermination(t *testing.T) {
 	t.Parallel()
-	rp, err := engine.NewReplayer(engine.Options{Logger: quietLogger()})
+	rp, err := engine.NewReplayer(engine.ReplayerOptions{Logger: quietLogger()})
 	require.NoError(t, err)
 	require.NoError(t, engine.RegisterWorkflow(rp, AwaitsApproval, engine.WorkflowOptions{}))
 	require.NoError(t, engine.RegisterActivity(rp, Add, activity.Options{}))

@@ -359,14 +359,13 @@ func typesOf(events []history.Event) []string {
 // claim while it waits, and a claim that ran out would drop the outcome.
 func TestRunAheadWindowMustBeShortOfTheLease(t *testing.T) {
 	t.Parallel()
-	_, err := NewReplayer(Options{ActivityRunAhead: 15 * time.Second})
+	err := Options{ActivityRunAhead: 15 * time.Second}.validate()
 	require.ErrorContains(t, err, "ActivityRunAhead (15s) must be under half of WorkflowTaskLease (30s)")
-	_, err = NewReplayer(Options{ActivityRunAhead: time.Second, WorkflowTaskLease: time.Second})
+	err = Options{ActivityRunAhead: time.Second, WorkflowTaskLease: time.Second}.validate()
 	require.ErrorContains(t, err, "ActivityRunAhead (1s) must be under half of WorkflowTaskLease (1s)")
-	_, err = NewReplayer(Options{ActivityRunAhead: -1, WorkflowTaskLease: time.Millisecond})
+	err = Options{ActivityRunAhead: -1, WorkflowTaskLease: time.Millisecond}.validate()
 	require.NoError(t, err, "off")
-	_, err = NewReplayer(Options{})
-	require.NoError(t, err, "the defaults")
+	require.NoError(t, Options{}.validate(), "the defaults")
 }
 
 // A claim with less than half its lease left does not run its activity

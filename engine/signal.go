@@ -14,13 +14,6 @@ import (
 // workflow ID whose runs are all closed.
 var ErrRunClosed = errors.New("workflow run is closed")
 
-// More run statuses.
-const (
-	StatusCanceled       Status = store.StatusCanceled
-	StatusTerminated     Status = store.StatusTerminated
-	StatusContinuedAsNew Status = store.StatusContinuedAsNew
-)
-
 // Signal sends v to the open run of workflowID under name. Signals are
 // history events: delivered in the order sent, never lost, whether or not
 // the workflow waits for them yet (workflow.GetSignalChannel). A workflow

@@ -57,16 +57,6 @@ type StartOptions struct {
 	StartAt time.Time
 }
 
-// Status is a run's state.
-type Status string
-
-// Run statuses.
-const (
-	StatusRunning   Status = store.StatusRunning
-	StatusCompleted Status = store.StatusCompleted
-	StatusFailed    Status = store.StatusFailed
-)
-
 // Run is a handle on one workflow run. Its result is of type Out.
 type Run[Out any] struct {
 	// WorkflowID is the user's ID for the workflow.

@@ -66,7 +66,7 @@ func (b *bench) w4(ctx context.Context) (result, error) {
 	if err != nil {
 		return nil, err
 	}
-	rp, err := engine.NewReplayer(engine.Options{Logger: b.log})
+	rp, err := engine.NewReplayer(engine.ReplayerOptions{Logger: b.log})
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +112,7 @@ func (b *bench) w4(ctx context.Context) (result, error) {
 
 // replayFile exports h to a temporary file, then times reading it back
 // (open, Import) and replaying it.
-func replayFile(ctx context.Context, rp *engine.Engine, h history.History) (int64, float64, error) {
+func replayFile(ctx context.Context, rp *engine.Replayer, h history.History) (int64, float64, error) {
 	f, err := os.CreateTemp("", "durable-bench-history-*.json")
 	if err != nil {
 		return 0, 0, err

@@ -15,7 +15,7 @@ func BenchmarkReplay(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rp, err := engine.NewReplayer(engine.Options{})
+	rp, err := engine.NewReplayer(engine.ReplayerOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

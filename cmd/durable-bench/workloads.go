@@ -76,7 +76,7 @@ func SleepWeek(ctx workflow.Context, _ int) (int, error) {
 
 // register registers the workloads' workflows and activities on e: the
 // same set in the driver and in worker processes.
-func register(e *engine.Engine) error {
+func register(e engine.Registrar) error {
 	return errors.Join(
 		engine.RegisterActivity(e, Noop, activity.Options{}),
 		engine.RegisterActivity(e, Wait, activity.Options{}),

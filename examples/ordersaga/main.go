@@ -38,7 +38,7 @@ func main() {
 	defer stop()
 	// `ordersaga replay trace ID` and `ordersaga replay check`.
 	if len(os.Args) > 1 && os.Args[1] == "replay" {
-		register := func(e *engine.Engine) error { return checkout.Register(e, &checkout.Activities{Out: io.Discard}) }
+		register := func(r engine.Registrar) error { return checkout.Register(r, &checkout.Activities{Out: io.Discard}) }
 		os.Exit(durablecli.Run(ctx, os.Args[2:], os.Stdout, os.Stderr, register))
 	}
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {

@@ -166,7 +166,7 @@ func check(ctx context.Context, pool *pgxpool.Pool, in checkInput) (Findings, er
 		f:      Findings{Explained: map[string]int{}, Kinds: map[Kind]int{}},
 		faults: in.faults, logs: in.logs, lease: in.lease, codec: in.codec, taskKeys: map[string][]int64{},
 	}
-	replayer, err := engine.NewReplayer(engine.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Codec: in.codec})
+	replayer, err := engine.NewReplayer(engine.ReplayerOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Codec: in.codec})
 	if err != nil {
 		return c.f, err
 	}
@@ -249,7 +249,7 @@ SELECT run_id::text, event_id, type, attributes, created_at FROM durable_events 
 
 // checkRuns checks each run's history: IDs 1..n, a clean replay, one
 // completion per activity, timers fired once and never early.
-func (c *checker) checkRuns(ctx context.Context, pool *pgxpool.Pool, replayer *engine.Engine) (map[string]*runFacts, error) {
+func (c *checker) checkRuns(ctx context.Context, pool *pgxpool.Pool, replayer *engine.Replayer) (map[string]*runFacts, error) {
 	type runRow struct {
 		runFacts
 		workflowType string
@@ -341,7 +341,7 @@ func (c *checker) checkRuns(ctx context.Context, pool *pgxpool.Pool, replayer *e
 
 // checkRun checks one run's history: IDs 1..n, a clean replay, and then
 // its completions and timers.
-func (c *checker) checkRun(ctx context.Context, replayer *engine.Engine, run *runFacts, workflowType string, nextEventID int64, evs []history.Event, timers timerFacts) {
+func (c *checker) checkRun(ctx context.Context, replayer *engine.Replayer, run *runFacts, workflowType string, nextEventID int64, evs []history.Event, timers timerFacts) {
 	gap := int64(len(evs)) != nextEventID-1
 	for i, e := range evs {
 		if e.ID != int64(i+1) {

@@ -156,7 +156,7 @@ func runWorkload(t *testing.T, n int) *fixture {
 	// The abandoned code spins on, in this process, until SpinMS ends, and
 	// a replay of its run here fails until then (the checker runs in
 	// another process than the workers).
-	replayer, err := engine.NewReplayer(engine.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Codec: c})
+	replayer, err := engine.NewReplayer(engine.ReplayerOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Codec: c})
 	require.NoError(t, err)
 	require.NoError(t, (&workload{gen: 2, replay: true}).register(replayer))
 	h, err := e.ExportHistory(ctx, spinID)

@@ -310,7 +310,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // register registers the workload on e. lease is the activities'
 // start-to-close (and Beat's heartbeat) timeout.
-func (w *workload) register(e *engine.Engine) error {
+func (w *workload) register(e engine.Registrar) error {
 	retry := activity.RetryPolicy{
 		InitialInterval: 50 * time.Millisecond, BackoffCoefficient: 2, MaximumInterval: 500 * time.Millisecond,
 		MaximumAttempts: 1000,

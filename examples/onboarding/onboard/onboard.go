@@ -102,15 +102,16 @@ func Configure(out io.Writer, setupCompleted bool) {
 	svc.out, svc.setupCompleted = out, setupCompleted
 }
 
-// Register registers the workflow and its activities on e.
-func Register(e *engine.Engine) error {
+// Register registers the workflow and its activities on r: the engine
+// that runs them, or a replayer (durablecli's replay commands).
+func Register(r engine.Registrar) error {
 	return errors.Join(
-		engine.RegisterWorkflow(e, Onboard, engine.WorkflowOptions{}),
-		engine.RegisterActivity(e, ChargeCard, activity.Options{Retry: activity.RetryPolicy{MaximumAttempts: 5}}),
-		engine.RegisterActivity(e, ProvisionAccount, activity.Options{}),
-		engine.RegisterActivity(e, SendWelcomeEmail, activity.Options{}),
-		engine.RegisterActivity(e, HasCompletedSetup, activity.Options{}),
-		engine.RegisterActivity(e, SendNudgeEmail, activity.Options{}),
+		engine.RegisterWorkflow(r, Onboard, engine.WorkflowOptions{}),
+		engine.RegisterActivity(r, ChargeCard, activity.Options{Retry: activity.RetryPolicy{MaximumAttempts: 5}}),
+		engine.RegisterActivity(r, ProvisionAccount, activity.Options{}),
+		engine.RegisterActivity(r, SendWelcomeEmail, activity.Options{}),
+		engine.RegisterActivity(r, HasCompletedSetup, activity.Options{}),
+		engine.RegisterActivity(r, SendNudgeEmail, activity.Options{}),
 	)
 }
 

@@ -156,19 +156,20 @@ type Activities struct {
 	compensated int
 }
 
-// Register registers the workflow and a's activities on e.
-func Register(e *engine.Engine, a *Activities) error {
+// Register registers the workflow and a's activities on r: the engine that
+// runs them, or a replayer (durablecli's replay commands).
+func Register(r engine.Registrar, a *Activities) error {
 	step := activity.Options{StartToCloseTimeout: Lease}
 	// A compensation must not give up easily: retry it for a long time.
 	undo := activity.Options{StartToCloseTimeout: Lease, Retry: activity.RetryPolicy{MaximumAttempts: 100, MaximumInterval: time.Minute}}
 	return errors.Join(
-		engine.RegisterWorkflow(e, PlaceOrder, engine.WorkflowOptions{}),
-		engine.RegisterActivity(e, a.ReserveInventory, step),
-		engine.RegisterActivity(e, a.ReleaseInventory, undo),
-		engine.RegisterActivity(e, a.ChargePayment, step),
-		engine.RegisterActivity(e, a.RefundPayment, undo),
-		engine.RegisterActivity(e, a.Ship, step),
-		engine.RegisterActivity(e, a.NotifyCustomer, undo),
+		engine.RegisterWorkflow(r, PlaceOrder, engine.WorkflowOptions{}),
+		engine.RegisterActivity(r, a.ReserveInventory, step),
+		engine.RegisterActivity(r, a.ReleaseInventory, undo),
+		engine.RegisterActivity(r, a.ChargePayment, step),
+		engine.RegisterActivity(r, a.RefundPayment, undo),
+		engine.RegisterActivity(r, a.Ship, step),
+		engine.RegisterActivity(r, a.NotifyCustomer, undo),
 	)
 }
 
