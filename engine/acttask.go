@@ -16,6 +16,7 @@ import (
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/actctx"
+	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/store"
 )
 
@@ -353,7 +354,7 @@ func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs
 	}
 	// Wake the queue's pollers: they look again and sleep until the retry
 	// is due, instead of until the end of the lease they saw.
-	e.hub.publish(activityTasksNote(t.Queue))
+	e.hub.Publish(notify.ActivityTasks(t.Queue))
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/store"
 )
 
@@ -323,7 +324,7 @@ func (e *Engine) resolveFromOutside(ctx context.Context, s store.Store, inTx boo
 	}
 	if inTx {
 		// At the commit, or not at all if it rolls back.
-		if err := s.Notify(ctx, readyNotes(store.Ready{WorkflowQueues: ready.WorkflowQueues})); err != nil {
+		if err := s.Notify(ctx, notify.ReadyNotes(store.Ready{WorkflowQueues: ready.WorkflowQueues})); err != nil {
 			return fmt.Errorf("announce the workflow task of run %s at commit: %w", f.RunID, err)
 		}
 		return nil
@@ -334,9 +335,9 @@ func (e *Engine) resolveFromOutside(ctx context.Context, s store.Store, inTx boo
 
 // publishReady announces r: through the hub while it runs, otherwise at once.
 func (e *Engine) publishReady(ctx context.Context, r store.Ready) {
-	if e.hub.active() {
+	if e.hub.Active() {
 		e.announce(r)
 		return
 	}
-	e.hub.publishNow(ctx, r)
+	e.hub.PublishNow(ctx, r)
 }

@@ -154,10 +154,10 @@ func (e *Engine) Redrive(ctx context.Context, id int64) (RedriveResult, error) {
 	case err != nil:
 		return RedriveResult{}, err
 	}
-	if e.hub.active() {
+	if e.hub.Active() {
 		e.announce(res.Ready)
 	} else {
-		e.hub.publishNow(ctx, res.Ready)
+		e.hub.PublishNow(ctx, res.Ready)
 	}
 	return RedriveResult{Redriven: res.Redriven, RunID: res.RunID}, nil
 }

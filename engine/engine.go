@@ -20,6 +20,7 @@ import (
 	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/dbclock"
+	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/osclock"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/store/codecstore"
@@ -295,7 +296,7 @@ type Engine struct {
 	cache   *runCache
 	backlog *activityBacklog // activities this engine could not hand off
 	wakes   wakeups          // soon-due timers of cached runs (timerfire.go)
-	hub     *hub
+	hub     *notify.Hub
 	nowFunc func() time.Time // the engine's clock: Options.NowFunc, or the database's
 	dueFunc func() time.Time // nowFunc at its earliest (see dbclock.Clock.Due)
 	running atomic.Bool
@@ -330,12 +331,12 @@ func newEngine(st store.Store, pg *pgBackend, opts Options, wrap func(store.Stor
 		tracer:     newTracer(opts.TracerProvider),
 	}
 	e.store = e.layered(st)
-	e.backlog.ready = func(queue string) { e.hub.publish(activityTasksNote(queue)) }
-	e.hub = newHub(e.store, e.log)
-	e.hub.backstop = func(ctx context.Context, runIDs []string) ([]string, error) {
+	e.backlog.ready = func(queue string) { e.hub.Publish(notify.ActivityTasks(queue)) }
+	e.hub = notify.NewHub(e.store, e.log)
+	e.hub.Backstop = func(ctx context.Context, runIDs []string) ([]string, error) {
 		return e.store.NotRunning(ctx, runIDs)
 	}
-	e.hub.backstopEvery = opts.PollInterval
+	e.hub.BackstopEvery = opts.PollInterval
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if opts.SkipMigrate {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/store"
 )
 
@@ -81,12 +82,12 @@ func enqueue(ctx context.Context, e *Engine, s store.Store, inTx bool, fn any, i
 		return Job{}, fmt.Errorf("enqueue job: %w", err)
 	}
 	t.IdempotencyKey = o.Key
-	id, existing, err := s.EnqueueJob(ctx, store.EnqueueJobParams{Task: t, Now: now, Notify: inTx || !e.hub.active()})
+	id, existing, err := s.EnqueueJob(ctx, store.EnqueueJobParams{Task: t, Now: now, Notify: inTx || !e.hub.Active()})
 	if err != nil {
 		return Job{}, err
 	}
-	if !existing && !inTx && e.hub.active() && !runAt.After(now) {
-		e.hub.publish(activityTasksNote(t.Queue))
+	if !existing && !inTx && e.hub.Active() && !runAt.After(now) {
+		e.hub.Publish(notify.ActivityTasks(t.Queue))
 	}
 	return Job{ID: id, Key: o.Key, Existing: existing}, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/syncbuf"
 	"github.com/durable-go/durable/workflow"
@@ -72,7 +73,7 @@ func TestHistoryReadWaitsOutAnOutage(t *testing.T) {
 	}, 10*time.Second, 5*time.Millisecond, "the run sleeps")
 	inj.force("ListEvents", fateBefore, fateBefore, fateBefore)
 	skew.Store(int64(2 * time.Hour))
-	e.hub.publish(timersNote)
+	e.hub.Publish(notify.Timers)
 	got, err := r.Result(ctx) // well before the one-minute lease
 	require.NoError(t, err)
 	require.Equal(t, 2, got)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/syncbuf"
@@ -312,7 +313,7 @@ func TestRunAheadWhoseScheduleDidNotCommitRunsAgain(t *testing.T) {
 			_, err := r.pool.Exec(ctx, `UPDATE durable_workflow_tasks SET token = nextval('durable_task_token'),
 				locked_by = NULL, locked_until = NULL, run_after = now() WHERE run_id = $1`, in.RunID)
 			require.NoError(t, err)
-			require.NoError(t, r.worker.store.Notify(ctx, []store.Note{workflowTasksNote(in.WorkflowQueue)}))
+			require.NoError(t, r.worker.store.Notify(ctx, []store.Note{notify.WorkflowTasks(in.WorkflowQueue)}))
 		})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

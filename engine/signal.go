@@ -54,7 +54,7 @@ func (e *Engine) sendToRun(ctx context.Context, s store.Store, inTx bool, workfl
 	if err := e.needDB(); err != nil {
 		return err
 	}
-	ready, err := s.SignalRun(ctx, store.SignalParams{WorkflowID: workflowID, Now: e.now(), Notify: inTx || !e.hub.active()}, ev)
+	ready, err := s.SignalRun(ctx, store.SignalParams{WorkflowID: workflowID, Now: e.now(), Notify: inTx || !e.hub.Active()}, ev)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("%s to workflow %q: %w", ev.EventType(), workflowID, ErrRunNotFound)
@@ -63,7 +63,7 @@ func (e *Engine) sendToRun(ctx context.Context, s store.Store, inTx bool, workfl
 	case err != nil:
 		return err
 	}
-	if !inTx && e.hub.active() {
+	if !inTx && e.hub.Active() {
 		e.announce(ready)
 	}
 	return nil
@@ -129,10 +129,10 @@ func (e *Engine) Terminate(ctx context.Context, workflowID, reason string) error
 	case err != nil:
 		return err
 	}
-	if e.hub.active() {
+	if e.hub.Active() {
 		e.announce(ready)
 	} else {
-		e.hub.publishNow(ctx, ready) // waiters and parents in other processes
+		e.hub.PublishNow(ctx, ready) // waiters and parents in other processes
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/workflow"
 )
@@ -124,10 +125,10 @@ func start[Out any](ctx context.Context, e *Engine, s store.Store, inTx bool, wf
 		Now:          e.now(),
 		// Inside the caller's transaction only a NOTIFY sent at its commit
 		// is right; without a running hub nothing would send ours.
-		Notify: inTx || !e.hub.active(),
+		Notify: inTx || !e.hub.Active(),
 		// This engine learns of the run's close without a notification
 		// when it closes the run itself; others announce it (see announce).
-		Waiter: e.hub.id,
+		Waiter: e.hub.ID,
 	}
 	// A delayed start is only recorded: its first task must not run here now.
 	delayed := o.StartAt.After(params.Now)
@@ -189,8 +190,8 @@ func start[Out any](ctx context.Context, e *Engine, s store.Store, inTx bool, wf
 		return nil, fmt.Errorf("start workflow %s %q: %w (run %s)", name, o.ID, ErrAlreadyRunning, r.RunID)
 	}
 	// A run inserted with its first task (eager) has no task to announce.
-	if !existing && !inTx && p == nil && eager == nil && e.hub.active() {
-		e.hub.publish(workflowTasksNote(queue))
+	if !existing && !inTx && p == nil && eager == nil && e.hub.Active() {
+		e.hub.Publish(notify.WorkflowTasks(queue))
 	}
 	h := &Run[Out]{WorkflowID: r.WorkflowID, RunID: r.RunID, Existing: existing, e: e}
 	if !existing {
@@ -244,8 +245,8 @@ func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 	// A run this process just started was running then; if the engine has
 	// recorded every close since (hub.subscribeSince), the first read is
 	// needed only if it closed elsewhere.
-	sub, watched := r.e.hub.subscribeSince(runID, r.since)
-	defer func() { sub.close() }()
+	sub, watched := r.e.hub.SubscribeSince(runID, r.since)
+	defer func() { sub.Close() }()
 	backoff := resultRetryMin
 	// waitOut waits before asking again after err, if err is the database
 	// being unreachable for now (the run goes on without us). It returns
@@ -273,7 +274,7 @@ func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 			return out, cerr
 		}
 		backoff = resultRetryMin
-		if err == nil && run.Status == store.StatusRunning && run.Waiter != "" && run.Waiter != "*" && run.Waiter != r.e.hub.id {
+		if err == nil && run.Status == store.StatusRunning && run.Waiter != "" && run.Waiter != "*" && run.Waiter != r.e.hub.ID {
 			// Its starter is another engine, which would not announce
 			// closes it makes itself: say that we wait too.
 			running, err := r.e.store.WatchRun(ctx, runID)
@@ -295,11 +296,11 @@ func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 			select {
 			case <-ctx.Done():
 				return out, ctx.Err()
-			case c := <-sub.closed:
+			case c := <-sub.Closed:
 				run.Status, run.Result, run.Failure = c.Status, c.Result, c.Failure
-			case <-sub.c:
+			case <-sub.C:
 				select {
-				case c := <-sub.closed: // closed here: no need to read it back
+				case c := <-sub.Closed: // closed here: no need to read it back
 					run.Status, run.Result, run.Failure = c.Status, c.Result, c.Failure
 				default:
 					continue
@@ -325,9 +326,9 @@ func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 				return out, fmt.Errorf("result of run %s: follow continue-as-new: %w", runID, err)
 			}
 			if next.RunID != runID {
-				sub.close()
+				sub.Close()
 				runID = next.RunID
-				sub = r.e.hub.subscribeRun(ctx, runID)
+				sub = r.e.hub.SubscribeRun(ctx, runID)
 			}
 			continue
 		case store.StatusCompleted:

@@ -7,9 +7,9 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/timer"
 )
@@ -42,8 +42,8 @@ func (e *Engine) Run(ctx context.Context) error {
 		return errors.New("engine: Run called while already running")
 	}
 	defer e.running.Store(false)
-	e.hub.acquire()
-	defer e.hub.release()
+	e.hub.Acquire()
+	defer e.hub.Release()
 
 	// hard is what running tasks see: it ends ShutdownTimeout after ctx.
 	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
@@ -73,9 +73,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		NowFunc: e.dueNow, PollInterval: e.opts.PollInterval, Logger: e.log,
 		ErrorFunc: func(err error, retryIn time.Duration) {
 			if err != nil {
-				e.hub.db.fail(ctx, "fire timers", err, retryIn)
+				e.hub.DB.Fail(ctx, "fire timers", err, retryIn)
 			} else {
-				e.hub.db.ok(ctx, "fire timers")
+				e.hub.DB.OK(ctx, "fire timers")
 			}
 		},
 		OnFire: func(f store.Fired) {
@@ -86,8 +86,8 @@ func (e *Engine) Run(ctx context.Context) error {
 		},
 	})
 	firer.rescan = scanner.Wake
-	tw := e.hub.wake(timersNote, func() bool { return true })
-	defer e.hub.unwake(timersNote, tw)
+	tw := e.hub.Wake(notify.Timers, func() bool { return true })
+	defer e.hub.Unwake(notify.Timers, tw)
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
@@ -108,7 +108,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				return
-			case <-tw.c:
+			case <-tw.C:
 				scanner.Wake()
 			}
 		}
@@ -123,11 +123,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			pollLoop(ctx, e, "workflow", workflowTasksNote(queue), ps.wf[queue], e.claimWorkflowTasks)
+			pollLoop(ctx, e, "workflow", notify.WorkflowTasks(queue), ps.wf[queue], e.claimWorkflowTasks)
 		}()
 		go func() {
 			defer wg.Done()
-			pollLoop(ctx, e, "activity", activityTasksNote(queue), ps.act[queue], e.claimActivityTasks)
+			pollLoop(ctx, e, "activity", notify.ActivityTasks(queue), ps.act[queue], e.claimActivityTasks)
 		}()
 	}
 	e.log.LogAttrs(ctx, slog.LevelInfo, "engine running", slog.String("worker", e.opts.WorkerID), slog.Any("queues", slices.Sorted(maps.Keys(queues))))
@@ -359,8 +359,8 @@ func (s *slot) release() {
 func pollLoop[T any](ctx context.Context, e *Engine, kind string, key store.Note, p *workerPool[T],
 	claim func(ctx context.Context, queue string, n int) ([]T, error)) {
 	queue := key.Queue
-	w := e.hub.wake(key, p.hasFree)
-	defer e.hub.unwake(key, w)
+	w := e.hub.Wake(key, p.hasFree)
+	defer e.hub.Unwake(key, w)
 	errBackoff := 100 * time.Millisecond
 	for {
 		select {
@@ -384,14 +384,14 @@ func pollLoop[T any](ctx context.Context, e *Engine, kind string, key store.Note
 			if ctx.Err() != nil {
 				return
 			}
-			e.hub.db.fail(ctx, "claim "+kind+" tasks on queue "+queue, err, errBackoff)
+			e.hub.DB.Fail(ctx, "claim "+kind+" tasks on queue "+queue, err, errBackoff)
 			if !sleepCtx(ctx, errBackoff) {
 				return
 			}
 			errBackoff = min(2*errBackoff, 5*time.Second)
 			continue
 		}
-		e.hub.db.ok(ctx, "claim "+kind+" tasks on queue "+queue)
+		e.hub.DB.OK(ctx, "claim "+kind+" tasks on queue "+queue)
 		errBackoff = 100 * time.Millisecond
 		for _, t := range tasks {
 			p.start(t)
@@ -417,61 +417,11 @@ func pollLoop[T any](ctx context.Context, e *Engine, kind string, key store.Note
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-w.c:
+		case <-w.C:
 		case <-t.C:
 		}
 		t.Stop()
 	}
-}
-
-// dbHealth logs database outages as the engine's background loops see
-// them: once, at Warn, when the first loop fails; at Debug for each retry of
-// any loop after that; and once, at Info, when one works again. Without it
-// every loop (the pollers of each queue, the timer scanner, the
-// notification listener and sender) would log every retry of every outage.
-// A killed connection is an outage that lasts one retry.
-type dbHealth struct {
-	log  *slog.Logger
-	down atomic.Bool // fast path for ok
-
-	mu       sync.Mutex
-	since    time.Time
-	failures int
-}
-
-// fail records that what failed with err and is retried in retryIn.
-func (d *dbHealth) fail(ctx context.Context, what string, err error, retryIn time.Duration) {
-	d.mu.Lock()
-	first := !d.down.Load()
-	if first {
-		d.down.Store(true)
-		d.since, d.failures = time.Now(), 0
-	}
-	d.failures++
-	d.mu.Unlock()
-	attrs := []slog.Attr{slog.String("op", what), slog.String("error", err.Error()), slog.Duration("retry_in", retryIn)}
-	if first {
-		d.log.LogAttrs(ctx, slog.LevelWarn, "database unreachable; background work retries with backoff until it answers (retries are logged at Debug)", attrs...)
-		return
-	}
-	d.log.LogAttrs(ctx, slog.LevelDebug, "database still unreachable", attrs...)
-}
-
-// ok records that what worked: if the database was down, the outage is over.
-func (d *dbHealth) ok(ctx context.Context, what string) {
-	if !d.down.Load() {
-		return
-	}
-	d.mu.Lock()
-	if !d.down.Load() {
-		d.mu.Unlock()
-		return
-	}
-	d.down.Store(false)
-	since, n := d.since, d.failures
-	d.mu.Unlock()
-	d.log.LogAttrs(ctx, slog.LevelInfo, "database reachable again", slog.String("op", what),
-		slog.Duration("outage", time.Since(since)), slog.Int("failures", n))
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

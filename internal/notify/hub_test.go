@@ -1,6 +1,9 @@
-package engine
+package notify
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"slices"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/store/postgres"
@@ -21,23 +25,23 @@ import (
 // outcome; one seen only by notification must be read.
 func TestSubscribeSinceTrustsOnlyAnUnbrokenRecord(t *testing.T) {
 	t.Parallel()
-	h := newHub(postgres.New(pgtest.Pool(t)), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	h.acquire() // returns once the LISTEN holds
-	defer h.release()
+	h := NewHub(postgres.New(pgtest.Pool(t)), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h.Acquire() // returns once the LISTEN holds
+	defer h.Release()
 	since := time.Now()
 
-	check := func(runID string, since time.Time, want bool, msg string) *runSub {
+	check := func(runID string, since time.Time, want bool, msg string) *Sub {
 		t.Helper()
-		s, ok := h.subscribeSince(runID, since)
-		t.Cleanup(s.close)
+		s, ok := h.SubscribeSince(runID, since)
+		t.Cleanup(s.Close)
 		require.Equal(t, want, ok, msg)
 		return s
 	}
 	check("running", since, true, "no close since the start: wait without reading")
 	done := &store.CloseRun{Status: store.StatusCompleted}
-	h.deliverClose("closed-here", done)
+	h.DeliverClose("closed-here", done)
 	s := check("closed-here", since, true, "closed here: the outcome is at hand")
-	require.Equal(t, done, <-s.closed)
+	require.Equal(t, done, <-s.Closed)
 	h.dispatch(store.Note{Kind: store.NoteClosed, RunID: "closed-elsewhere"})
 	check("closed-elsewhere", since, false, "closed elsewhere: read how")
 	check("running", time.Time{}, false, "not started on a running engine")
@@ -55,13 +59,13 @@ func TestSubscribeSinceTrustsOnlyAnUnbrokenRecord(t *testing.T) {
 // one, made when the hub stops.
 func TestBusySendsWaitForTheGap(t *testing.T) {
 	t.Parallel()
-	h := newHub(postgres.New(pgtest.Pool(t)), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h := NewHub(postgres.New(pgtest.Pool(t)), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h.gap = time.Hour
 	var (
 		mu      sync.Mutex
 		batches [][]string
 	)
-	queue := func(q string) store.Note { return workflowTasksNote(q) }
+	queue := func(q string) store.Note { return WorkflowTasks(q) }
 	first, release := make(chan struct{}), make(chan struct{})
 	h.sent = func(notes []store.Note) {
 		var queues []string
@@ -77,25 +81,25 @@ func TestBusySendsWaitForTheGap(t *testing.T) {
 			<-release
 		}
 	}
-	h.acquire()
+	h.Acquire()
 	released := false
 	defer func() {
 		if !released { // a failed assertion: stop the hub all the same
-			h.release()
+			h.Release()
 		}
 	}()
-	h.publish(queue("x1")) // an idle hub sends at once
+	h.Publish(queue("x1")) // an idle hub sends at once
 	<-first
-	h.publish(queue("x2")) // during the first send
+	h.Publish(queue("x2")) // during the first send
 	close(release)
 	require.Never(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(batches) > 1
 	}, 100*time.Millisecond, time.Millisecond, "a busy hub waits for the gap")
-	h.publish(queue("x3"))
+	h.Publish(queue("x3"))
 	released = true
-	h.release() // the last send
+	h.Release() // the last send
 	require.Equal(t, [][]string{{"x1"}, {"x2", "x3"}}, batches)
 }
 
@@ -104,29 +108,29 @@ func TestBusySendsWaitForTheGap(t *testing.T) {
 // it). Then the hub stops by itself, and a Run stops it at once.
 func TestHubOutlivesTheLastResultBriefly(t *testing.T) {
 	t.Parallel()
-	h := newHub(postgres.New(pgtest.Pool(t)), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h := NewHub(postgres.New(pgtest.Pool(t)), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h.linger = time.Hour
-	s := h.subscribeRun(t.Context(), "a")
+	s := h.SubscribeRun(t.Context(), "a")
 	h.mu.Lock()
 	since := h.listening
 	h.mu.Unlock()
 	require.False(t, since.IsZero(), "listening once subscribeRun returns")
-	s.close()
-	require.True(t, h.active(), "still running after the last Result")
+	s.Close()
+	require.True(t, h.Active(), "still running after the last Result")
 
-	s = h.subscribeRun(t.Context(), "b")
+	s = h.SubscribeRun(t.Context(), "b")
 	h.mu.Lock()
 	require.Equal(t, since, h.listening, "the same LISTEN, not a new one")
 	h.mu.Unlock()
-	s.close()
+	s.Close()
 
-	h.acquire() // as Run does
-	h.release()
-	require.False(t, h.active(), "Run's release stops it at once")
+	h.Acquire() // as Run does
+	h.Release()
+	require.False(t, h.Active(), "Run's release stops it at once")
 
 	h.linger = time.Millisecond
-	h.subscribeRun(t.Context(), "c").close()
-	require.Eventually(t, func() bool { return !h.active() }, 10*time.Second, time.Millisecond,
+	h.SubscribeRun(t.Context(), "c").Close()
+	require.Eventually(t, func() bool { return !h.Active() }, 10*time.Second, time.Millisecond,
 		"stopped once no Result came for linger")
 	h.life.Lock()
 	done := h.done
@@ -135,5 +139,32 @@ func TestHubOutlivesTheLastResultBriefly(t *testing.T) {
 	case <-done:
 	default:
 		t.Fatal("the hub's loops still run")
+	}
+}
+
+// A close note whose outcome comes in a codec's envelope (from an engine
+// with a codec) is not delivered: the waiter reads the run.
+func TestSealedOutcomeIsNotDelivered(t *testing.T) {
+	t.Parallel()
+	c := &store.CloseRun{Status: store.StatusCompleted, Result: json.RawMessage(`1`)}
+	aes, err := codec.AESGCM(bytes.Repeat([]byte{5}, 32))
+	require.NoError(t, err)
+	h := NewHub(postgres.New(pgtest.Pool(t)), slog.New(slog.DiscardHandler))
+	wrapped, err := codec.Wrap(aes, json.RawMessage(`1`))
+	require.NoError(t, err)
+	for name, n := range map[string]store.Note{
+		"sealed": {Kind: store.NoteClosed, RunID: "run-2", Close: &store.CloseRun{Status: store.StatusCompleted, Result: wrapped}},
+		"plain":  {Kind: store.NoteClosed, RunID: "run-3", Close: c},
+	} {
+		sub := h.SubscribeRun(context.Background(), n.RunID)
+		h.dispatch(n)
+		<-sub.C // woken either way
+		select {
+		case got := <-sub.Closed:
+			require.Equal(t, "plain", name, "%s: delivered %v", name, got)
+		default:
+			require.Equal(t, "sealed", name, "%s: not delivered", name)
+		}
+		sub.Close()
 	}
 }

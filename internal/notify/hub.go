@@ -1,4 +1,8 @@
-package engine
+// Package notify is the engine's notification Hub: one listening
+// connection per engine, whose notes it fans out to the pollers and Result
+// waiters that want them, and a send loop that batches the notes for other
+// engines.
+package notify
 
 import (
 	"context"
@@ -9,56 +13,38 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/codec"
+	"github.com/durable-go/durable/internal/outage"
 	"github.com/durable-go/durable/internal/store"
 )
 
-// Notes that wake pollers: work of a kind on a queue.
-func workflowTasksNote(queue string) store.Note {
+// WorkflowTasks is the note of a ready workflow task of queue.
+func WorkflowTasks(queue string) store.Note {
 	return store.Note{Kind: store.NoteWorkflowTasks, Queue: queue}
 }
 
-func activityTasksNote(queue string) store.Note {
+// ActivityTasks is the note of a ready activity task of queue.
+func ActivityTasks(queue string) store.Note {
 	return store.Note{Kind: store.NoteActivityTasks, Queue: queue}
 }
 
-var timersNote = store.Note{Kind: store.NoteTimers}
+// Timers is the note of a new timer: the scanner looks again.
+var Timers = store.Note{Kind: store.NoteTimers}
 
-// readyNotes are the notes of the work r made ready.
-func readyNotes(r store.Ready) []store.Note {
+// ReadyNotes are the notes of the work r made ready.
+func ReadyNotes(r store.Ready) []store.Note {
 	var notes []store.Note
 	for _, q := range r.WorkflowQueues {
-		notes = append(notes, workflowTasksNote(q))
+		notes = append(notes, WorkflowTasks(q))
 	}
 	for _, q := range r.ActivityQueues {
-		notes = append(notes, activityTasksNote(q))
+		notes = append(notes, ActivityTasks(q))
 	}
 	return notes
 }
 
-// announce wakes the workers that r concerns.
-func (e *Engine) announce(r store.Ready) {
-	notes := readyNotes(r)
-	if r.ClosedRun != "" {
-		// Only this engine waits for a run it started and nobody else said
-		// they wait for (store.Run.Waiter): it learns of the close below.
-		if r.Closed == nil || r.CloseWaiter != e.hub.id {
-			notes = append(notes, e.closeNote(r.ClosedRun, r.Closed))
-		}
-		if r.Closed != nil {
-			e.hub.deliverClose(r.ClosedRun, r.Closed)
-		}
-	}
-	if r.TimerAt != nil {
-		notes = append(notes, timersNote)
-	}
-	if len(notes) > 0 {
-		e.hub.publish(notes...)
-	}
-}
-
 // publishNow sends r's notifications at once, for a caller outside Run.
-func (h *hub) publishNow(ctx context.Context, r store.Ready) {
-	notes := readyNotes(r)
+func (h *Hub) PublishNow(ctx context.Context, r store.Ready) {
+	notes := ReadyNotes(r)
 	if r.ClosedRun != "" {
 		notes = append(notes, store.Note{Kind: store.NoteClosed, RunID: r.ClosedRun})
 	}
@@ -71,29 +57,29 @@ func (h *hub) publishNow(ctx context.Context, r store.Ready) {
 	}
 }
 
-// hub holds one LISTEN connection per engine and fans notifications out to
+// Hub holds one LISTEN connection per engine and fans notifications out to
 // the pollers and Result waiters that want them. It runs only while someone
 // uses it: the first user starts it, the last one stops it.
-type hub struct {
+type Hub struct {
 	// id names this engine to the runs it starts (store.Run.Waiter).
-	id    string
+	ID    string
 	store store.Store
 	log   *slog.Logger
 	// db logs the outages the listener, the sender and the engine's other
 	// background loops run into, once each.
-	db *dbHealth
+	DB *outage.Log
 
 	life   sync.Mutex // guards refs, cancel, done, idle
 	refs   int
 	cancel context.CancelFunc
 	done   chan struct{}
-	// idle, while set, stops the hub when it fires: the last Result waiter
+	// idle, while set, stops the Hub when it fires: the last Result waiter
 	// left it running for linger (see releaseLater).
 	idle   *time.Timer
 	linger time.Duration
 
 	mu      sync.Mutex // guards the subscriber maps, pending, and what follows
-	wakes   map[store.Note][]*waker
+	wakes   map[store.Note][]*Waker
 	waiters map[string]map[chan struct{}]struct{}
 	closes  map[string]map[chan *store.CloseRun]struct{}
 	pending map[store.Note]bool // notifications for other processes, not yet sent
@@ -112,17 +98,17 @@ type hub struct {
 	// backstop says which of the runs waited on here are not running, for
 	// closes whose notification was lost. It runs every backstopEvery, and
 	// at once after a gap in the LISTEN (recheck); see backstopLoop. Every
-	// engine sets it; the hub's own tests, which wait on no run, leave it
+	// engine sets it; the Hub's own tests, which wait on no run, leave it
 	// nil.
-	backstop      func(ctx context.Context, runIDs []string) ([]string, error)
-	backstopEvery time.Duration
+	Backstop      func(ctx context.Context, runIDs []string) ([]string, error)
+	BackstopEvery time.Duration
 	recheck       chan struct{}
 }
 
 // backstopChunk is the most runs one backstop statement asks about.
 const backstopChunk = 10_000
 
-// closeMemory is how long the hub remembers that a run closed.
+// closeMemory is how long the Hub remembers that a run closed.
 const closeMemory = 2 * time.Second
 
 type recentClose struct {
@@ -132,7 +118,7 @@ type recentClose struct {
 
 // remember records that runID closed, how if c is set, and forgets closes
 // older than closeMemory. h.mu is held.
-func (h *hub) remember(runID string, c *store.CloseRun) {
+func (h *Hub) remember(runID string, c *store.CloseRun) {
 	now := time.Now()
 	if old, ok := h.recent[runID]; !ok {
 		h.recent[runID] = c
@@ -148,14 +134,14 @@ func (h *hub) remember(runID string, c *store.CloseRun) {
 	h.recentLog = h.recentLog[n:]
 }
 
-// subscribeSince is subscribeRun for a run that was running at since (Start
+// SubscribeSince is SubscribeRun for a run that was running at since (Start
 // began to record it then; zero if it was started in a caller's
 // transaction). It reports whether the caller may skip reading the run
-// before it waits: whether every close since has reached the hub (the
+// before it waits: whether every close since has reached the Hub (the
 // LISTEN has held since before since, within closeMemory) and the run's, if
 // any, came with its outcome, which the subscription then holds.
-func (h *hub) subscribeSince(runID string, since time.Time) (*runSub, bool) {
-	s := h.subscribeRun(context.Background(), runID)
+func (h *Hub) SubscribeSince(runID string, since time.Time) (*Sub, bool) {
+	s := h.SubscribeRun(context.Background(), runID)
 	if since.IsZero() {
 		return s, false
 	}
@@ -170,7 +156,7 @@ func (h *hub) subscribeSince(runID string, since time.Time) (*runSub, bool) {
 		return s, true
 	case c != nil:
 		select {
-		case s.closed <- c:
+		case s.Closed <- c:
 		default: // delivered already
 		}
 		return s, true
@@ -190,27 +176,27 @@ func newHubID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// waker is a local poller: it is woken by a key, and says whether it has a
+// Waker is a local poller: it is woken by a key, and says whether it has a
 // free slot to take the work itself.
-type waker struct {
-	c       chan struct{}
+type Waker struct {
+	C       chan struct{}
 	hasFree func() bool
 }
 
-func newHub(s store.Store, log *slog.Logger) *hub {
-	return &hub{
-		id: newHubID(), store: s, log: log, db: &dbHealth{log: log},
-		wakes: map[store.Note][]*waker{}, waiters: map[string]map[chan struct{}]struct{}{},
+func NewHub(s store.Store, log *slog.Logger) *Hub {
+	return &Hub{
+		ID: newHubID(), store: s, log: log, DB: outage.New(log),
+		wakes: map[store.Note][]*Waker{}, waiters: map[string]map[chan struct{}]struct{}{},
 		closes:  map[string]map[chan *store.CloseRun]struct{}{},
 		pending: map[store.Note]bool{}, flush: make(chan struct{}, 1),
 		recent: map[string]*store.CloseRun{}, gap: notifyGap, recheck: make(chan struct{}, 1), linger: resultLinger,
 	}
 }
 
-// acquire starts the listener if it is not running and waits, at most a
+// Acquire starts the listener if it is not running and waits, at most a
 // second, until it listens, so that a caller who then reads the database
 // cannot miss a notification sent after the read.
-func (h *hub) acquire() {
+func (h *Hub) Acquire() {
 	h.life.Lock()
 	defer h.life.Unlock()
 	h.refs++
@@ -240,11 +226,11 @@ func (h *hub) acquire() {
 	}
 }
 
-// release undoes an acquire; the last one stops the hub and waits until it
+// Release undoes an Acquire; the last one stops the Hub and waits until it
 // has.
-func (h *hub) release() { h.releaseAfter(false) }
+func (h *Hub) Release() { h.releaseAfter(false) }
 
-// resultLinger is how long a hub keeps running after the last Result
+// resultLinger is how long a Hub keeps running after the last Result
 // waiting on it returns. A client that starts a run and waits for it, then
 // the next, would otherwise start a LISTEN for every Result and stop it
 // before Result returns (two round trips), and would notify the start in
@@ -254,11 +240,11 @@ func (h *hub) release() { h.releaseAfter(false) }
 // held up no longer than that.
 const resultLinger = 100 * time.Millisecond
 
-// releaseLater is release for a Result: the last one leaves the hub running
+// releaseLater is release for a Result: the last one leaves the Hub running
 // for h.linger, in case another comes.
-func (h *hub) releaseLater() { h.releaseAfter(true) }
+func (h *Hub) releaseLater() { h.releaseAfter(true) }
 
-func (h *hub) releaseAfter(linger bool) {
+func (h *Hub) releaseAfter(linger bool) {
 	h.life.Lock()
 	defer h.life.Unlock()
 	h.refs--
@@ -280,8 +266,8 @@ func (h *hub) releaseAfter(linger bool) {
 	h.idle = t
 }
 
-// stop stops the running hub and waits until it has. h.life is held.
-func (h *hub) stop() {
+// stop stops the running Hub and waits until it has. h.life is held.
+func (h *Hub) stop() {
 	if h.idle != nil {
 		h.idle.Stop()
 		h.idle = nil
@@ -290,26 +276,33 @@ func (h *hub) stop() {
 	<-h.done
 }
 
-// active reports whether the hub runs, and so will send what is published.
-func (h *hub) active() bool {
+// Listening reports whether the hub's LISTEN holds now.
+func (h *Hub) Listening() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.listening.IsZero()
+}
+
+// Active reports whether the Hub runs, and so will send what is published.
+func (h *Hub) Active() bool {
 	h.life.Lock()
 	defer h.life.Unlock()
 	return h.refs > 0 || h.idle != nil
 }
 
-// wake returns a channel that receives a value (coalesced) whenever work
+// Wake returns a channel that receives a value (coalesced) whenever work
 // of note key is announced, here or by another engine: workflow or
 // activity tasks of a queue, or timers. hasFree says whether the
 // subscriber could take such work now.
-func (h *hub) wake(key store.Note, hasFree func() bool) *waker {
-	w := &waker{c: make(chan struct{}, 1), hasFree: hasFree}
+func (h *Hub) Wake(key store.Note, hasFree func() bool) *Waker {
+	w := &Waker{C: make(chan struct{}, 1), hasFree: hasFree}
 	h.mu.Lock()
 	h.wakes[key] = append(h.wakes[key], w)
 	h.mu.Unlock()
 	return w
 }
 
-func (h *hub) unwake(key store.Note, w *waker) {
+func (h *Hub) Unwake(key store.Note, w *Waker) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cs := h.wakes[key]
@@ -324,39 +317,41 @@ func (h *hub) unwake(key store.Note, w *waker) {
 	}
 }
 
-type runSub struct {
-	h     *hub
+type Sub struct {
+	h     *Hub
 	runID string
-	c     chan struct{}
-	// closed receives how the run closed, when it closed in this process.
-	closed chan *store.CloseRun
+	// C receives a value when the run closes, or when notes may have been
+	// lost: read the run.
+	C chan struct{}
+	// Closed receives how the run closed, when it closed in this process.
+	Closed chan *store.CloseRun
 }
 
-// subscribeRun returns a subscription whose channel receives a value when
+// SubscribeRun returns a subscription whose channel receives a value when
 // the run closes (or when notifications may have been lost).
-func (h *hub) subscribeRun(_ context.Context, runID string) *runSub {
-	s := &runSub{h: h, runID: runID, c: make(chan struct{}, 1), closed: make(chan *store.CloseRun, 1)}
+func (h *Hub) SubscribeRun(_ context.Context, runID string) *Sub {
+	s := &Sub{h: h, runID: runID, C: make(chan struct{}, 1), Closed: make(chan *store.CloseRun, 1)}
 	h.mu.Lock()
 	if h.waiters[runID] == nil {
 		h.waiters[runID] = map[chan struct{}]struct{}{}
 	}
-	h.waiters[runID][s.c] = struct{}{}
+	h.waiters[runID][s.C] = struct{}{}
 	if h.closes[runID] == nil {
 		h.closes[runID] = map[chan *store.CloseRun]struct{}{}
 	}
-	h.closes[runID][s.closed] = struct{}{}
+	h.closes[runID][s.Closed] = struct{}{}
 	h.mu.Unlock()
-	h.acquire()
+	h.Acquire()
 	return s
 }
 
-func (s *runSub) close() {
+func (s *Sub) Close() {
 	s.h.mu.Lock()
-	delete(s.h.waiters[s.runID], s.c)
+	delete(s.h.waiters[s.runID], s.C)
 	if len(s.h.waiters[s.runID]) == 0 {
 		delete(s.h.waiters, s.runID)
 	}
-	delete(s.h.closes[s.runID], s.closed)
+	delete(s.h.closes[s.runID], s.Closed)
 	if len(s.h.closes[s.runID]) == 0 {
 		delete(s.h.closes, s.runID)
 	}
@@ -364,15 +359,15 @@ func (s *runSub) close() {
 	s.h.releaseLater()
 }
 
-// deliverClose hands how a run closed to its waiters in this process, so
+// DeliverClose hands how a run closed to its waiters in this process, so
 // they need not read it back.
-func (h *hub) deliverClose(runID string, c *store.CloseRun) {
+func (h *Hub) DeliverClose(runID string, c *store.CloseRun) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.deliverCloseLocked(runID, c)
 }
 
-func (h *hub) deliverCloseLocked(runID string, c *store.CloseRun) {
+func (h *Hub) deliverCloseLocked(runID string, c *store.CloseRun) {
 	h.remember(runID, c)
 	for ch := range h.closes[runID] {
 		select {
@@ -382,17 +377,6 @@ func (h *hub) deliverCloseLocked(runID string, c *store.CloseRun) {
 	}
 }
 
-// closeNote is the note of run runID's close, with its outcome c unless
-// the codec encrypts payloads (a receiver may have no key): a Result
-// waiting in another process then needs no read of the run.
-func (e *Engine) closeNote(runID string, c *store.CloseRun) store.Note {
-	n := store.Note{Kind: store.NoteClosed, RunID: runID}
-	if e.opts.Codec == nil {
-		n.Close = c
-	}
-	return n
-}
-
 func signal(c chan struct{}) {
 	select {
 	case c <- struct{}{}:
@@ -400,7 +384,7 @@ func signal(c chan struct{}) {
 	}
 }
 
-func (h *hub) dispatch(n store.Note) {
+func (h *Hub) dispatch(n store.Note) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if n.Kind == store.NoteClosed {
@@ -415,15 +399,15 @@ func (h *hub) dispatch(n store.Note) {
 		return
 	}
 	for _, w := range h.wakes[n] {
-		signal(w.c)
+		signal(w.C)
 	}
 }
 
-// publish announces notes: to this process's subscribers at once, and to
+// Publish announces notes: to this process's subscribers at once, and to
 // other processes by a notification that the send loop batches. Work that
 // a local worker with a free slot will take is not announced to other
 // processes.
-func (h *hub) publish(notes ...store.Note) {
+func (h *Hub) Publish(notes ...store.Note) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, n := range notes {
@@ -435,7 +419,7 @@ func (h *hub) publish(notes ...store.Note) {
 			}
 		} else {
 			for _, w := range h.wakes[n] {
-				signal(w.c)
+				signal(w.C)
 				taken = taken || w.hasFree()
 			}
 		}
@@ -453,7 +437,7 @@ func (h *hub) publish(notes ...store.Note) {
 // followed by the next one notifyGap later, not at once: an idle engine
 // notifies at once, a busy one about every notifyGap. It makes a last send
 // when ctx ends.
-func (h *hub) sendLoop(ctx context.Context, done chan struct{}) {
+func (h *Hub) sendLoop(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	gap := time.NewTimer(0)
 	defer gap.Stop()
@@ -488,9 +472,9 @@ func (h *hub) sendLoop(ctx context.Context, done chan struct{}) {
 			// Lost notifications cost other processes latency (their next
 			// poll), never work: they are not sent again.
 			if err != nil {
-				h.db.fail(ctx, "send notifications", err, 0)
+				h.DB.Fail(ctx, "send notifications", err, 0)
 			} else {
-				h.db.ok(ctx, "send notifications")
+				h.DB.OK(ctx, "send notifications")
 			}
 		}
 		h.mu.Lock()
@@ -518,12 +502,12 @@ const notifyGap = 5 * time.Millisecond
 // run: after a reconnect, notifications may have been lost. Result waiters
 // learn through the backstop, which asks about all their runs in one
 // statement, rather than each reading its run.
-func (h *hub) wakeAll() {
+func (h *Hub) wakeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, ws := range h.wakes {
 		for _, w := range ws {
-			signal(w.c)
+			signal(w.C)
 		}
 	}
 	signal(h.recheck)
@@ -537,12 +521,12 @@ func (h *hub) wakeAll() {
 // who read how the run closed. Waiting thus costs one statement per
 // interval however many wait (each waiter once read its own run every
 // PollInterval). It closes done when ctx ends.
-func (h *hub) backstopLoop(ctx context.Context, done chan<- struct{}) {
+func (h *Hub) backstopLoop(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
-	if h.backstop == nil {
+	if h.Backstop == nil {
 		return
 	}
-	t := time.NewTimer(h.backstopEvery)
+	t := time.NewTimer(h.BackstopEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -552,12 +536,12 @@ func (h *hub) backstopLoop(ctx context.Context, done chan<- struct{}) {
 		case <-h.recheck:
 		}
 		h.checkWaited(ctx)
-		t.Reset(h.backstopEvery)
+		t.Reset(h.BackstopEvery)
 	}
 }
 
 // checkWaited wakes the waiters of waited runs that are not running.
-func (h *hub) checkWaited(ctx context.Context) {
+func (h *Hub) checkWaited(ctx context.Context) {
 	h.mu.Lock()
 	ids := make([]string, 0, len(h.waiters))
 	for id := range h.waiters {
@@ -567,14 +551,14 @@ func (h *hub) checkWaited(ctx context.Context) {
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), backstopChunk)]
 		ids = ids[len(chunk):]
-		gone, err := h.backstop(ctx, chunk)
+		gone, err := h.Backstop(ctx, chunk)
 		if err != nil {
 			if ctx.Err() == nil {
-				h.db.fail(ctx, "check the runs Result waits for", err, h.backstopEvery)
+				h.DB.Fail(ctx, "check the runs Result waits for", err, h.BackstopEvery)
 			}
 			return
 		}
-		h.db.ok(ctx, "check the runs Result waits for")
+		h.DB.OK(ctx, "check the runs Result waits for")
 		h.mu.Lock()
 		for _, id := range gone {
 			for c := range h.waiters[id] {
@@ -585,7 +569,7 @@ func (h *hub) checkWaited(ctx context.Context) {
 	}
 }
 
-func (h *hub) listen(ctx context.Context, ready chan struct{}) {
+func (h *Hub) listen(ctx context.Context, ready chan struct{}) {
 	backoff := 50 * time.Millisecond
 	first := true
 	for ctx.Err() == nil {
@@ -602,7 +586,7 @@ func (h *hub) listen(ctx context.Context, ready chan struct{}) {
 				close(ready)
 				first = false
 			} else {
-				h.db.ok(ctx, "listen for notifications")
+				h.DB.OK(ctx, "listen for notifications")
 				h.log.LogAttrs(ctx, slog.LevelDebug, "notification listener reconnected")
 			}
 			backoff = 50 * time.Millisecond
@@ -613,7 +597,7 @@ func (h *hub) listen(ctx context.Context, ready chan struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
-		h.db.fail(ctx, "listen for notifications", err, backoff)
+		h.DB.Fail(ctx, "listen for notifications", err, backoff)
 		select {
 		case <-ctx.Done():
 			return
