@@ -18,6 +18,7 @@ import (
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/runcache"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -533,7 +534,7 @@ func TestAmbiguousWriteIsNotAppendedTwice(t *testing.T) {
 				// written by ResolveActivity. With one, a loaded machine
 				// finished the activities one after another, each fused,
 				// and the forced faults met no ResolveActivity (CI, session 9).
-				tweak = append(tweak, func(e *Engine) { e.cache = newRunCache(0) })
+				tweak = append(tweak, func(e *Engine) { e.cache = runcache.New(0) })
 			}
 			e, stop := faultyEngine(t, pool, "a", inj, w, tweak...)
 

@@ -22,6 +22,7 @@ import (
 	"github.com/durable-go/durable/internal/dbclock"
 	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/osclock"
+	"github.com/durable-go/durable/internal/runcache"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/store/codecstore"
 )
@@ -293,7 +294,7 @@ type Engine struct {
 	// served is the queues Run polls, while it runs (see serve).
 	served map[string]QueueOptions
 
-	cache   *runCache
+	cache   *runcache.Cache
 	backlog *activityBacklog // activities this engine could not hand off
 	wakes   wakeups          // soon-due timers of cached runs (timerfire.go)
 	hub     *notify.Hub
@@ -325,7 +326,7 @@ func newEngine(st store.Store, pg *pgBackend, opts Options, wrap func(store.Stor
 		workflows:  map[string]*workflowDef{},
 		activities: map[string]*activityDef{},
 		names:      map[uintptr]string{},
-		cache:      newRunCache(opts.CacheSize),
+		cache:      runcache.New(opts.CacheSize),
 		backlog:    newActivityBacklog(),
 		metrics:    newMetrics(),
 		tracer:     newTracer(opts.TracerProvider),

@@ -42,7 +42,7 @@ type fusedOutcome struct {
 // history as usual; a next task claimed meanwhile is the slot's all the
 // same.
 func (e *Engine) fuse(ctx context.Context, at store.ActivityTask, attrs []slog.Attr, ev history.Attributes) (handled bool, then *store.WorkflowTask, next *store.ActivityTask) {
-	x, t := e.cache.take(at.RunID)
+	x, t := e.cache.Take(at.RunID)
 	if x == nil {
 		return false, nil, nil
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/runcache"
 )
 
 // ReplayerOptions configure a Replayer. Set them as the engines that
@@ -59,7 +60,7 @@ func NewReplayer(o ReplayerOptions) (*Replayer, error) {
 	return &Replayer{e: &Engine{
 		opts: opts, log: opts.Logger, nowFunc: opts.osNowFunc, // a replay compares no times with a database
 		workflows: map[string]*workflowDef{}, activities: map[string]*activityDef{}, names: map[uintptr]string{},
-		cache: newRunCache(0), metrics: newMetrics(), tracer: newTracer(nil),
+		cache: runcache.New(0), metrics: newMetrics(), tracer: newTracer(nil),
 	}}, nil
 }
 

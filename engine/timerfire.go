@@ -222,20 +222,20 @@ func (f *timerFirer) wake(ctx context.Context, w wakeup, now time.Time) {
 	if ps == nil {
 		return
 	}
-	x, t := e.cache.take(w.runID)
+	x, t := e.cache.Take(w.runID)
 	if x == nil {
 		e.wakes.hold(w) // the run may be out for its wake of another timer
 		return
 	}
 	if !x.TimerPending(w.seq) { // canceled (a deadline met), or fired elsewhere and applied
-		e.cache.put(t, x, time.Time{})
+		e.cache.Put(t, x, time.Time{})
 		return
 	}
 	// In a burst the scanner waits for a wake slot rather than leave the
 	// run to a fire, a claim and a history read, which cost more than the
 	// wait: the slots free up as fast as the wakes commit.
 	if !ps.wake.acquireWithin(ctx, wakeSlotWait) {
-		e.cache.put(t, x, w.at) // if it is not kept, the scanner fires the timer
+		e.cache.Put(t, x, w.at) // if it is not kept, the scanner fires the timer
 		return
 	}
 	e.wakes.begin(w.runID)

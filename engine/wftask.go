@@ -54,7 +54,7 @@ const prefetchMaxEvents = 200
 func (e *Engine) prefetchHistories(ctx context.Context, tasks []store.WorkflowTask) {
 	var runs []string
 	for _, t := range tasks {
-		if len(t.Events) == 0 && t.ProcessedEventID <= prefetchMaxEvents && !e.cache.has(t.RunID) {
+		if len(t.Events) == 0 && t.ProcessedEventID <= prefetchMaxEvents && !e.cache.Has(t.RunID) {
 			runs = append(runs, t.RunID)
 		}
 	}
@@ -118,7 +118,7 @@ const maxTaskReruns = 8
 // closed the executor, if events reached the run meanwhile; other errors
 // are reported here and returned for the task's span.
 func (e *Engine) runWorkflowTask(ctx context.Context, t store.WorkflowTask, def *workflowDef, attrs []slog.Attr, span trace.Span) error {
-	x, _ := e.cache.take(t.RunID)
+	x, _ := e.cache.Take(t.RunID)
 	cached := x != nil
 	span.SetAttributes(attribute.Bool("durable.cache_hit", cached))
 	if cached {
@@ -367,7 +367,7 @@ func (e *Engine) keepCached(t store.WorkflowTask, x wfexec.Executor, commit stor
 			}
 		}
 	}
-	if e.cache.put(t, x, wake) {
+	if e.cache.Put(t, x, wake) {
 		e.wakes.push(soon)
 	}
 }

@@ -170,7 +170,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	if err := e.store.ReleaseActivityTasks(rctx, rel); err != nil {
 		e.log.LogAttrs(rctx, slog.LevelError, "release activity tasks on shutdown; they return when their leases end", slog.String("error", err.Error()))
 	}
-	e.cache.clear()
+	e.cache.Clear()
 	e.wakes.clear() // their runs left with the cache; the scanner of the next Run fires them
 	e.log.LogAttrs(rctx, slog.LevelInfo, "engine stopped", slog.String("worker", e.opts.WorkerID))
 	return nil

@@ -1,4 +1,4 @@
-package engine
+package runcache
 
 import (
 	"testing"
@@ -24,10 +24,10 @@ func TestFullCacheKeepsTheRunsThatWakeFirst(t *testing.T) {
 	t.Parallel()
 	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return base.Add(time.Duration(s) * time.Second) }
-	c := newRunCache(2)
+	c := New(2)
 	put := func(runID string, wake time.Time) (*closedExecutor, bool) {
 		x := &closedExecutor{}
-		return x, c.put(store.WorkflowTask{RunID: runID}, x, wake)
+		return x, c.Put(store.WorkflowTask{RunID: runID}, x, wake)
 	}
 	cached := func(runID string) bool {
 		c.mu.Lock()
@@ -54,11 +54,11 @@ func TestFullCacheKeepsTheRunsThatWakeFirst(t *testing.T) {
 	_, kept = put("sleeper", at(9))
 	require.False(t, kept, "the least recently used run (early) wakes first")
 
-	x, _ := c.take("early") // it wakes
+	x, _ := c.Take("early") // it wakes
 	require.NotNil(t, x)
 	_, kept = put("s5", at(5))
 	require.True(t, kept, "there is room")
-	busy := c.byRun["busy"].Value.(*cacheEntry).x.(*closedExecutor)
+	busy := c.byRun["busy"].Value.(*entry).x.(*closedExecutor)
 	_, kept = put("s1", at(1))
 	require.True(t, kept, "the least recently used run (busy) is pushed out: when it goes on is not known")
 	require.True(t, busy.closed)

@@ -1,4 +1,6 @@
-package engine
+// Package runcache keeps the executors of recently run workflows, so that
+// a run's next task applies only its new events.
+package runcache
 
 import (
 	"container/list"
@@ -9,29 +11,30 @@ import (
 	"github.com/durable-go/durable/internal/wfexec"
 )
 
-// runCache keeps the executors of recently run workflows, so the next task of
+// Cache keeps the executors of recently run workflows, so the next task of
 // a run applies only its new events. A task takes its run's executor out while
 // it works and puts it back after committing; evicting is always safe, since
 // a run can be rebuilt by replay.
-type runCache struct {
+type Cache struct {
 	mu    sync.Mutex
 	size  int
-	order *list.List // front: most recently used; values are *cacheEntry
+	order *list.List // front: most recently used; values are *entry
 	byRun map[string]*list.Element
 }
 
-type cacheEntry struct {
+type entry struct {
 	task store.WorkflowTask // the run's last task: what the run is
 	x    wfexec.Executor
 	wake time.Time // when the run, which waits on timers only, wakes; zero if unknown
 }
 
-func newRunCache(size int) *runCache {
-	return &runCache{size: size, order: list.New(), byRun: map[string]*list.Element{}}
+// New returns a cache of at most size runs.
+func New(size int) *Cache {
+	return &Cache{size: size, order: list.New(), byRun: map[string]*list.Element{}}
 }
 
-// take removes and returns the run's executor and its last task, or nil.
-func (c *runCache) take(runID string) (wfexec.Executor, store.WorkflowTask) {
+// Take removes and returns the run's executor and its last task, or nil.
+func (c *Cache) Take(runID string) (wfexec.Executor, store.WorkflowTask) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.byRun[runID]
@@ -40,19 +43,19 @@ func (c *runCache) take(runID string) (wfexec.Executor, store.WorkflowTask) {
 	}
 	c.order.Remove(el)
 	delete(c.byRun, runID)
-	ent := el.Value.(*cacheEntry)
+	ent := el.Value.(*entry)
 	return ent.x, ent.task
 }
 
-// has reports whether the run's executor is in the cache.
-func (c *runCache) has(runID string) bool {
+// Has reports whether the run's executor is in the cache.
+func (c *Cache) Has(runID string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, ok := c.byRun[runID]
 	return ok
 }
 
-// put stores the executor of task t's run, closing whatever it pushes out,
+// Put stores the executor of task t's run, closing whatever it pushes out,
 // and reports whether it kept it. wake, if set, is when the run (which
 // waits on timers only) wakes.
 //
@@ -64,7 +67,7 @@ func (c *runCache) has(runID string) bool {
 // runs), nearly every run was evicted shortly before its wake and replayed
 // (lateness p99 4.3 s against 0.1 s with room for all). Keeping the earliest
 // wakes leaves only the overflow to replay.
-func (c *runCache) put(t store.WorkflowTask, x wfexec.Executor, wake time.Time) bool {
+func (c *Cache) Put(t store.WorkflowTask, x wfexec.Executor, wake time.Time) bool {
 	runID := t.RunID
 	if c.size <= 0 {
 		x.Close()
@@ -73,13 +76,13 @@ func (c *runCache) put(t store.WorkflowTask, x wfexec.Executor, wake time.Time) 
 	var evicted []wfexec.Executor
 	c.mu.Lock()
 	if el, ok := c.byRun[runID]; ok { // cannot happen while tasks take first; be safe
-		evicted = append(evicted, el.Value.(*cacheEntry).x)
+		evicted = append(evicted, el.Value.(*entry).x)
 		c.order.Remove(el)
 		delete(c.byRun, runID)
 	}
 	for c.order.Len() >= c.size {
 		el := c.order.Back()
-		e := el.Value.(*cacheEntry)
+		e := el.Value.(*entry)
 		if !wake.IsZero() && !e.wake.IsZero() && !e.wake.After(wake) {
 			c.mu.Unlock()
 			for _, x := range append(evicted, x) {
@@ -91,7 +94,7 @@ func (c *runCache) put(t store.WorkflowTask, x wfexec.Executor, wake time.Time) 
 		delete(c.byRun, e.task.RunID)
 		evicted = append(evicted, e.x)
 	}
-	c.byRun[runID] = c.order.PushFront(&cacheEntry{task: t, x: x, wake: wake})
+	c.byRun[runID] = c.order.PushFront(&entry{task: t, x: x, wake: wake})
 	c.mu.Unlock()
 	for _, x := range evicted {
 		x.Close()
@@ -99,12 +102,12 @@ func (c *runCache) put(t store.WorkflowTask, x wfexec.Executor, wake time.Time) 
 	return true
 }
 
-// clear closes every cached executor.
-func (c *runCache) clear() {
+// Clear closes every cached executor.
+func (c *Cache) Clear() {
 	c.mu.Lock()
 	var all []wfexec.Executor
 	for el := c.order.Front(); el != nil; el = el.Next() {
-		all = append(all, el.Value.(*cacheEntry).x)
+		all = append(all, el.Value.(*entry).x)
 	}
 	c.order.Init()
 	clear(c.byRun)
