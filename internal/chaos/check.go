@@ -97,6 +97,12 @@ type Findings struct {
 	// the database's clock (the engine's clock was more than a lease
 	// behind it or a second ahead of it when the timer started).
 	TimerClockViolations int `json:"timer_clock_violations"`
+	// TimerClockPaused counts the timers whose due time came from a task
+	// whose worker was paused (SIGSTOP) between the task's time and its
+	// commit: a paused worker's commit comes late, on its task's time, and
+	// is accepted while no other worker has claimed the task (its token
+	// holds); the workflow's clock says the timer started at that time.
+	TimerClockPaused int `json:"timer_clock_paused"`
 	// What the fencing checks read from the database: outcomes, heartbeats,
 	// commits and claims; StaleAccepted the writes accepted from a claim
 	// or attempt that did not hold the row; EarlyClaims the claims of a
@@ -377,11 +383,14 @@ type timerFire struct {
 	by string
 }
 
-type timerStart struct{ fireAt, at time.Time }
+type timerStart struct {
+	fireAt, at time.Time
+	writer     string // the session that inserted the timer (its application_name)
+}
 
 // timerStarts reads when each timer was started, by the database clock.
 func (c *checker) timerStarts(ctx context.Context, pool *pgxpool.Pool) (map[string]map[int64]timerStart, error) {
-	rows, err := pool.Query(ctx, `SELECT run_id::text, seq, fire_at, started_at FROM chaos_timer_starts`)
+	rows, err := pool.Query(ctx, `SELECT run_id::text, seq, fire_at, started_at, writer FROM chaos_timer_starts`)
 	if err != nil {
 		return nil, fmt.Errorf("check: read timer starts: %w", err)
 	}
@@ -391,7 +400,7 @@ func (c *checker) timerStarts(ctx context.Context, pool *pgxpool.Pool) (map[stri
 		seq   int64
 		ts    timerStart
 	)
-	_, err = pgx.ForEachRow(rows, []any{&runID, &seq, &ts.fireAt, &ts.at}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&runID, &seq, &ts.fireAt, &ts.at, &ts.writer}, func() error {
 		if out[runID] == nil {
 			out[runID] = map[int64]timerStart{}
 		}
@@ -539,7 +548,8 @@ func (c *checker) checkHistory(run *runFacts, evs []history.Event, tf timerFacts
 // when its row was inserted. A commit comes up to a lease after the
 // task's time, so a due time up to a lease short is the engine's clock
 // being on time; more than that, or more than a second long, is a clock
-// off the database's.
+// off the database's, unless the writing worker was paused in between
+// (TimerClockPaused).
 func (c *checker) checkTimerClock(run *runFacts, seq int64, started history.Event, starts map[int64]timerStart) {
 	st, ok := starts[seq]
 	if !ok {
@@ -547,6 +557,10 @@ func (c *checker) checkTimerClock(run *runFacts, seq int64, started history.Even
 	}
 	asked := started.Attributes.(history.TimerStarted).FireAt.Sub(started.Time)
 	left := st.fireAt.Sub(st.at)
+	if left < asked-c.lease && c.faultDuring(pidOfWorker(st.writer), started.Time, st.at) == "pause" {
+		c.f.TimerClockPaused++
+		return
+	}
 	if left < asked-c.lease || left > asked+time.Second {
 		c.f.TimerClockViolations++
 		c.violate("run %s: timer %d asked for %s, but its due time was %s after the database's time at its start: the engine's clock is %s off the database's",

@@ -20,6 +20,7 @@ import (
 
 	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/engine"
+	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/pgtest"
 )
 
@@ -677,5 +678,34 @@ func TestWorkerLogsTellReusedPIDsApart(t *testing.T) {
 	for k, p := range wl.procs {
 		require.Equal(t, 42, k.pid)
 		require.False(t, p.last.Before(p.first), "file %d: first %s, last %s", k.file, p.first, p.last)
+	}
+}
+
+// A timer whose due time is more than a lease behind the database's time
+// at its insert is a clock off the database's, unless its writer was
+// paused between the task's time and the insert: a late commit, on the
+// task's time.
+func TestTimerClockExplainsOnlyAPausedWriter(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	started := history.Event{ID: 9, Time: at, Attributes: history.TimerStarted{Seq: 7, FireAt: at.Add(400 * time.Millisecond)}}
+	late := map[int64]timerStart{7: {fireAt: at.Add(400 * time.Millisecond), at: at.Add(3 * time.Second), writer: "chaos-s1-p42"}}
+	for _, tt := range []struct {
+		name   string
+		faults []Fault
+		want   int // violations
+	}{
+		{"no fault", nil, 1},
+		{"its writer paused", []Fault{{Kind: FaultPause, PID: 42, At: at.Add(time.Second), Until: at.Add(2500 * time.Millisecond)}}, 0},
+		{"another worker paused", []Fault{{Kind: FaultPause, PID: 43, At: at.Add(time.Second), Until: at.Add(2500 * time.Millisecond)}}, 1},
+		{"its writer paused before the task", []Fault{{Kind: FaultPause, PID: 42, At: at.Add(-3 * time.Second), Until: at.Add(-2 * time.Second)}}, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := &checker{faults: tt.faults, logs: &workerLogs{}, lease: time.Second}
+			c.checkTimerClock(&runFacts{runID: "r"}, 7, started, late)
+			require.Equal(t, tt.want, c.f.TimerClockViolations, c.f.Violations)
+			require.Equal(t, 1-tt.want, c.f.TimerClockPaused)
+		})
 	}
 }

@@ -62,7 +62,8 @@ CREATE TABLE chaos_timer_starts (
     run_id     uuid        NOT NULL,
     seq        bigint      NOT NULL,
     fire_at    timestamptz NOT NULL,
-    started_at timestamptz NOT NULL
+    started_at timestamptz NOT NULL,
+    writer     text        NOT NULL
 );
 CREATE TABLE chaos_act_log (
     id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -169,7 +170,7 @@ CREATE TRIGGER chaos_note_timer AFTER INSERT ON durable_events
     FOR EACH ROW WHEN (NEW.type = 'timer_fired') EXECUTE FUNCTION chaos_note_timer();
 CREATE FUNCTION chaos_note_timer_start() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO chaos_timer_starts VALUES (NEW.run_id, NEW.seq, NEW.fire_at, clock_timestamp());
+    INSERT INTO chaos_timer_starts VALUES (NEW.run_id, NEW.seq, NEW.fire_at, clock_timestamp(), current_setting('application_name'));
     RETURN NULL;
 END $$;
 CREATE TRIGGER chaos_note_timer_start AFTER INSERT ON durable_timers
