@@ -18,6 +18,7 @@ import (
 	"github.com/durable-go/durable/internal/actctx"
 	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/workers"
 )
 
 // claimActivityTasks claims ready tasks of the activities this engine has,
@@ -44,7 +45,7 @@ func (e *Engine) activityClaim(queue string, n int, now time.Time, types []strin
 // the result, a retry, or the final failure. If recording it scheduled the
 // run's next activity and claimed it for this slot (a fused step), it
 // returns that task: the slot runs it next.
-func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask, s *slot) (next *store.ActivityTask) {
+func (e *Engine) runActivityTask(ctx context.Context, t store.ActivityTask, s *workers.Slot) (next *store.ActivityTask) {
 	attrs := activityAttrs(t)
 	opts, err := decodeActivityOptions(t.Options)
 	if err != nil {
@@ -170,7 +171,7 @@ func (e *Engine) attempt(ctx context.Context, t store.ActivityTask, def *activit
 // recordAttempt records what an attempt returned: its result, or what its
 // error leads to (finishActivity).
 func (e *Engine) recordAttempt(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, out json.RawMessage, err error,
-	opts activity.Options, s *slot) *store.ActivityTask {
+	opts activity.Options, s *workers.Slot) *store.ActivityTask {
 	if errors.Is(err, activity.ErrResultPending) {
 		if err = e.awaitResult(ctx, t, attrs, opts); err == nil { // asyncactivity.go
 			return nil
@@ -336,7 +337,7 @@ func (e *Engine) failurePlan(t store.ActivityTask, cause error, opts activity.Op
 
 // finishActivity decides what a failed attempt leads to: a retry on our
 // schedule, a retry on the other side's schedule, or the final failure.
-func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, opts activity.Options, s *slot) *store.ActivityTask {
+func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, opts activity.Options, s *workers.Slot) *store.ActivityTask {
 	retry, final, class := e.failurePlan(t, cause, opts)
 	if retry == nil {
 		return e.resolveFailed(ctx, t, attrs, final, class, t.Attempt, s)
@@ -358,7 +359,7 @@ func (e *Engine) finishActivity(ctx context.Context, t store.ActivityTask, attrs
 	return nil
 }
 
-func (e *Engine) resolveFailed(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, class string, attempts int, s *slot) *store.ActivityTask {
+func (e *Engine) resolveFailed(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, cause error, class string, attempts int, s *workers.Slot) *store.ActivityTask {
 	return e.resolve(ctx, t, attrs, e.failedForGood(ctx, t, attrs, cause, class, attempts), s)
 }
 
@@ -408,10 +409,10 @@ func withApplicationError(f *history.Failure, cause error) {
 // commits; the task the step claims for the activity's slot then waits for
 // one (reslot). Otherwise they run in the activity's slot, and so does
 // that task.
-func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, ev history.Attributes, s *slot) (next *store.ActivityTask) {
-	var own *semaphore // the activity's pool's, if the step traded its slot
+func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog.Attr, ev history.Attributes, s *workers.Slot) (next *store.ActivityTask) {
+	var own *workers.Semaphore // the activity's pool's, if the step traded its slot
 	if t.RunID != "" && e.workflowPool(t.WorkflowQueue) != nil {
-		if held, steps := s.held, e.stepSlots(t.Queue); steps != nil && s.trade(steps) {
+		if held, steps := s.Held, e.stepSlots(t.Queue); steps != nil && s.Trade(steps) {
 			own = held
 		}
 	}
@@ -439,9 +440,9 @@ func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog
 	// transaction and run here, in the step slot the outcome holds, or, if
 	// it holds none, in a free workflow slot.
 	in := store.ResolveActivityParams{RunID: t.RunID, TaskID: t.ID, Attempt: t.Attempt, Event: ev, Now: e.now()}
-	var p *workerPool[store.WorkflowTask]
+	var p *workers.Pool[store.WorkflowTask]
 	if own == nil && t.RunID != "" {
-		if p = e.workflowPool(t.WorkflowQueue); p == nil || !p.tryAcquire() {
+		if p = e.workflowPool(t.WorkflowQueue); p == nil || !p.TryAcquire() {
 			p = nil
 		}
 	}
@@ -459,9 +460,9 @@ func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog
 	}
 	switch {
 	case p != nil && len(ready.WorkflowTasks) == 1:
-		p.start(ready.WorkflowTasks[0])
+		p.Start(ready.WorkflowTasks[0])
 	case p != nil:
-		p.release()
+		p.Release()
 	}
 	if err != nil {
 		e.logLostWrite(ctx, "record activity outcome", attrs, err)
@@ -482,10 +483,10 @@ func (e *Engine) resolve(ctx context.Context, t store.ActivityTask, attrs []slog
 // most. If none frees up within slotWait, next goes back to its queue, its
 // attempt unspent, before its lease could run out waiting; reslot then
 // returns nil.
-func (e *Engine) reslot(ctx context.Context, s *slot, own *semaphore, next store.ActivityTask) *store.ActivityTask {
-	s.release()
-	if own.acquireWithin(ctx, slotWait(next.LockedUntil.Sub(e.now()))) {
-		s.held = own
+func (e *Engine) reslot(ctx context.Context, s *workers.Slot, own *workers.Semaphore, next store.ActivityTask) *store.ActivityTask {
+	s.Release()
+	if own.AcquireWithin(ctx, slotWait(next.LockedUntil.Sub(e.now()))) {
+		s.Held = own
 		return &next
 	}
 	attrs := []slog.Attr{slog.String("activity", next.Activity), slog.Int64("task_id", next.ID), slog.String("run_id", next.RunID)}

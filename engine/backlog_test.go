@@ -13,6 +13,7 @@ import (
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/workers"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -95,13 +96,13 @@ func queueBehindTheOnlySlot(t *testing.T, holdAsJob, keepSlot bool) (order []int
 	defer cancel()
 	runUntilTestEnds(t, e)
 	if keepSlot {
-		var steps *semaphore
+		var steps *workers.Semaphore
 		require.Eventually(t, func() bool {
 			steps = e.stepSlots(DefaultQueue)
 			return steps != nil
 		}, 10*time.Second, time.Millisecond, "the engine runs")
-		require.True(t, steps.tryAcquire(), "the only step slot is free")
-		defer steps.release()
+		require.True(t, steps.TryAcquire(), "the only step slot is free")
+		defer steps.Release()
 	}
 
 	var held *Run[int]

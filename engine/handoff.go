@@ -13,6 +13,7 @@ import (
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/wfexec"
+	"github.com/durable-go/durable/internal/workers"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -68,7 +69,7 @@ func applyOwn(x wfexec.Executor, firstID int64, at time.Time, cmds []history.Att
 // already running ahead of the commit (runahead.go) is claimed for the
 // slot it runs in.
 type activityHandOff struct {
-	reserved map[int64]*workerPool[store.ActivityTask]
+	reserved map[int64]*workers.Pool[store.ActivityTask]
 	inline   int64 // seq of the activity for the calling slot, or 0
 	ahead    *runAhead
 	runID    string
@@ -81,7 +82,7 @@ type activityHandOff struct {
 // its pool list meanwhile. inlineQueue, if set, is the queue of the calling
 // slot; ahead, if set, is running one of the activities already.
 func (e *Engine) handOffActivities(runID string, acts []store.NewActivityTask, inlineQueue string, ahead *runAhead) activityHandOff {
-	h := activityHandOff{reserved: map[int64]*workerPool[store.ActivityTask]{}, runID: runID, backlog: e.backlog, ahead: ahead}
+	h := activityHandOff{reserved: map[int64]*workers.Pool[store.ActivityTask]{}, runID: runID, backlog: e.backlog, ahead: ahead}
 	for i := range acts {
 		a := &acts[i]
 		p := e.activityPool(a.Queue)
@@ -91,7 +92,7 @@ func (e *Engine) handOffActivities(runID string, acts []store.NewActivityTask, i
 		case p == nil, !e.hasActivity(a.Activity): // for the engines that have it
 		case inlineQueue != "" && h.inline == 0 && a.Queue == inlineQueue:
 			a.ClaimAs, h.inline = e.opts.WorkerID, a.Seq
-		case p.tryAcquire():
+		case p.TryAcquire():
 			a.ClaimAs = e.opts.WorkerID
 			h.reserved[a.Seq] = p
 		default:
@@ -127,12 +128,12 @@ func (h activityHandOff) start(claimed []store.ActivityTask, committed bool) (in
 			continue
 		}
 		if p := h.reserved[a.Seq]; p != nil {
-			p.start(a)
+			p.Start(a)
 			delete(h.reserved, a.Seq)
 		}
 	}
 	for _, p := range h.reserved {
-		p.release()
+		p.Release()
 	}
 	return inline
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/wfexec"
+	"github.com/durable-go/durable/internal/workers"
 )
 
 // An activity that runs ahead of its schedule.
@@ -97,7 +98,7 @@ func (e *Engine) startRunAhead(t store.WorkflowTask, commit store.CommitWorkflow
 		return nil
 	}
 	opts, err := decodeActivityOptions(a.Options)
-	if err != nil || !p.tryAcquire() { // commitParams decoded them already
+	if err != nil || !p.TryAcquire() { // commitParams decoded them already
 		return nil
 	}
 	opts = opts.WithDefaults()
@@ -114,13 +115,13 @@ func (e *Engine) startRunAhead(t store.WorkflowTask, commit store.CommitWorkflow
 		r.timeout = min(r.timeout, s2c)
 	}
 	r.dropped, r.drop = context.WithCancel(context.Background())
-	p.run(func(ctx context.Context, s *slot) *store.ActivityTask { return e.runAheadAttempt(ctx, r, s) })
+	p.Run(func(ctx context.Context, s *workers.Slot) *store.ActivityTask { return e.runAheadAttempt(ctx, r, s) })
 	return r
 }
 
 // runAheadAttempt runs attempt r in slot s and, once its schedule's commit
 // has returned, records its outcome unless that commit did.
-func (e *Engine) runAheadAttempt(ctx context.Context, r *runAhead, s *slot) *store.ActivityTask {
+func (e *Engine) runAheadAttempt(ctx context.Context, r *runAhead, s *workers.Slot) *store.ActivityTask {
 	attrs := activityAttrs(r.task)
 	r.out, r.ok, r.err = e.attempt(ctx, r.task, r.def, r.opts, r.timeout, attrs, r)
 	close(r.finished)

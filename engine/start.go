@@ -14,6 +14,7 @@ import (
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/workers"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -141,7 +142,7 @@ func start[Out any](ctx context.Context, e *Engine, s store.Store, inTx bool, wf
 	// first task is claimed by its own insert and run here: no claim, no
 	// history read, no notification.
 	var (
-		p     *workerPool[store.WorkflowTask]
+		p     *workers.Pool[store.WorkflowTask]
 		eager func(store.Run, error)
 	)
 	if !inTx && !delayed {
@@ -177,9 +178,9 @@ func start[Out any](ctx context.Context, e *Engine, s store.Store, inTx bool, wf
 	}
 	if p != nil {
 		if err == nil && r.Token != 0 {
-			p.start(firstTask(params, r.Token))
+			p.Start(firstTask(params, r.Token))
 		} else {
-			p.release()
+			p.Release()
 		}
 	}
 	existing := errors.Is(err, store.ErrConflict)
@@ -484,12 +485,12 @@ func (e *Engine) eagerFits(ctx context.Context) bool {
 // run of type name that this engine starts, if Run is serving queue, the type
 // is registered here and a slot is free; otherwise p is nil. Run does not
 // drop its pools until done is called.
-func (e *Engine) reserveFirstTask(name, queue string) (p *workerPool[store.WorkflowTask], done func()) {
+func (e *Engine) reserveFirstTask(name, queue string) (p *workers.Pool[store.WorkflowTask], done func()) {
 	e.handoffMu.RLock()
 	e.mu.RLock()
 	registered := e.workflows[name] != nil
 	e.mu.RUnlock()
-	if p = e.workflowPool(queue); p == nil || !registered || !p.tryAcquire() {
+	if p = e.workflowPool(queue); p == nil || !registered || !p.TryAcquire() {
 		e.handoffMu.RUnlock()
 		return nil, func() {}
 	}

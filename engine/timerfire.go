@@ -13,6 +13,7 @@ import (
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/wfexec"
+	"github.com/durable-go/durable/internal/workers"
 )
 
 // Timers come due two ways.
@@ -182,11 +183,11 @@ func (f *timerFirer) FireTimers(ctx context.Context, now time.Time, limit int) (
 		f.peeked = &nextTimer{at: at, ok: ok}
 		return store.Fired{}, nil
 	}
-	reserved := map[string]*workerPool[store.WorkflowTask]{}
+	reserved := map[string]*workers.Pool[store.WorkflowTask]{}
 	if ps := e.pools.Load(); ps != nil {
 		in.Claim = map[string]int{}
 		for queue, p := range ps.wf {
-			if n := p.tryAcquireUpTo(limit); n > 0 {
+			if n := p.TryAcquireUpTo(limit); n > 0 {
 				in.Claim[queue], reserved[queue] = n, p
 			}
 		}
@@ -196,11 +197,11 @@ func (f *timerFirer) FireTimers(ctx context.Context, now time.Time, limit int) (
 	}
 	fired, tasks, err := e.store.FireTimers(ctx, in)
 	for _, t := range tasks {
-		reserved[t.Queue].start(t)
+		reserved[t.Queue].Start(t)
 		in.Claim[t.Queue]--
 	}
 	for queue, p := range reserved {
-		p.releaseN(in.Claim[queue])
+		p.ReleaseN(in.Claim[queue])
 	}
 	return fired, err
 }
@@ -234,12 +235,12 @@ func (f *timerFirer) wake(ctx context.Context, w wakeup, now time.Time) {
 	// In a burst the scanner waits for a wake slot rather than leave the
 	// run to a fire, a claim and a history read, which cost more than the
 	// wait: the slots free up as fast as the wakes commit.
-	if !ps.wake.acquireWithin(ctx, wakeSlotWait) {
+	if !ps.wake.AcquireWithin(ctx, wakeSlotWait) {
 		e.cache.Put(t, x, w.at) // if it is not kept, the scanner fires the timer
 		return
 	}
 	e.wakes.begin(w.runID)
-	ps.wake.start(wakeJob{x: x, task: t, w: w, lag: now.Sub(w.at)})
+	ps.wake.Start(wakeJob{x: x, task: t, w: w, lag: now.Sub(w.at)})
 }
 
 // wakeSlotWait is how long the scanner waits for a wake slot.
@@ -254,7 +255,7 @@ type wakeJob struct {
 }
 
 // runWake is the wake slots' work.
-func (f *timerFirer) runWake(ctx context.Context, j wakeJob, _ *slot) *wakeJob {
+func (f *timerFirer) runWake(ctx context.Context, j wakeJob, _ *workers.Slot) *wakeJob {
 	e := f.e
 	woke := e.wakeCached(ctx, j.x, j.task, j.w.seq)
 	later := e.wakes.end(j.w.runID)

@@ -12,6 +12,7 @@ import (
 	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/timer"
+	"github.com/durable-go/durable/internal/workers"
 )
 
 // Run runs this engine's workers until ctx is done: for each queue it
@@ -50,22 +51,22 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer cancelHard()
 
 	var tasks sync.WaitGroup // every task goroutine, polled or handed off
-	ps := &pools{wf: map[string]*workerPool[store.WorkflowTask]{}, act: map[string]*workerPool[store.ActivityTask]{},
-		steps: map[string]*semaphore{}}
+	ps := &pools{wf: map[string]*workers.Pool[store.WorkflowTask]{}, act: map[string]*workers.Pool[store.ActivityTask]{},
+		steps: map[string]*workers.Semaphore{}}
 	wakeSlots := 0
 	queues := e.serve(ctx)
 	defer e.unserve()
 	for queue, qo := range queues {
-		ps.wf[queue] = newWorkerPool(hard, &tasks, qo.WorkflowConcurrency, func(ctx context.Context, t store.WorkflowTask, _ *slot) *store.WorkflowTask {
+		ps.wf[queue] = workers.NewPool(hard, &tasks, qo.WorkflowConcurrency, func(ctx context.Context, t store.WorkflowTask, _ *workers.Slot) *store.WorkflowTask {
 			e.processWorkflowTask(ctx, t)
 			return nil
 		})
-		ps.act[queue] = newWorkerPool(hard, &tasks, qo.ActivityConcurrency, e.runActivityTask)
-		ps.steps[queue] = newSemaphore(qo.ActivityConcurrency)
+		ps.act[queue] = workers.NewPool(hard, &tasks, qo.ActivityConcurrency, e.runActivityTask)
+		ps.steps[queue] = workers.NewSemaphore(qo.ActivityConcurrency)
 		wakeSlots += 2 * qo.WorkflowConcurrency
 	}
 	firer := &timerFirer{e: e} // the scanner's store; its rescan is set below
-	ps.wake = newWorkerPool(hard, &tasks, wakeSlots, firer.runWake)
+	ps.wake = workers.NewPool(hard, &tasks, wakeSlots, firer.runWake)
 	e.pools.Store(ps) // before the scanner, whose fires hand tasks to the pools
 
 	var wg sync.WaitGroup
@@ -182,23 +183,23 @@ func shutdownGrace(timeout time.Duration) time.Duration { return min(timeout, ti
 
 // pools are the running engine's worker pools, by queue.
 type pools struct {
-	wf  map[string]*workerPool[store.WorkflowTask]
-	act map[string]*workerPool[store.ActivityTask]
+	wf  map[string]*workers.Pool[store.WorkflowTask]
+	act map[string]*workers.Pool[store.ActivityTask]
 	// wake runs the wakes of cached runs whose timers came due (see
 	// timerfire.go), beside the queues' workflow slots, as a fused step
 	// runs in its activity's slot: a burst of wakes must not wait behind,
 	// or crowd out, the tasks the queues' slots run.
-	wake *workerPool[wakeJob]
+	wake *workers.Pool[wakeJob]
 	// steps, by activity queue, are the slots in which the outcomes of a
 	// queue's activities and the steps they lead to run (see
 	// Engine.resolve), so that the activities' slots are free meanwhile.
 	// Like wakes, they neither wait behind nor crowd out the workflow
 	// tasks the queues' slots run.
-	steps map[string]*semaphore
+	steps map[string]*workers.Semaphore
 }
 
 // workflowPool returns the running pool of the queue, or nil.
-func (e *Engine) workflowPool(queue string) *workerPool[store.WorkflowTask] {
+func (e *Engine) workflowPool(queue string) *workers.Pool[store.WorkflowTask] {
 	if ps := e.pools.Load(); ps != nil {
 		return ps.wf[queue]
 	}
@@ -206,7 +207,7 @@ func (e *Engine) workflowPool(queue string) *workerPool[store.WorkflowTask] {
 }
 
 // stepSlots returns the step slots of the running activity queue, or nil.
-func (e *Engine) stepSlots(queue string) *semaphore {
+func (e *Engine) stepSlots(queue string) *workers.Semaphore {
 	if ps := e.pools.Load(); ps != nil {
 		return ps.steps[queue]
 	}
@@ -214,172 +215,38 @@ func (e *Engine) stepSlots(queue string) *semaphore {
 }
 
 // activityPool returns the running pool of the queue, or nil.
-func (e *Engine) activityPool(queue string) *workerPool[store.ActivityTask] {
+func (e *Engine) activityPool(queue string) *workers.Pool[store.ActivityTask] {
 	if ps := e.pools.Load(); ps != nil {
 		return ps.act[queue]
 	}
 	return nil
 }
 
-// workerPool runs tasks of one kind from one queue, at most cap of its
-// semaphore at a time. Tasks come from its poller, or are handed off by a
-// transaction that claimed them for this worker (a completion claiming the
-// run's next workflow task, a workflow task claiming the activities it
-// scheduled).
-type workerPool[T any] struct {
-	*semaphore
-	hard  context.Context
-	tasks *sync.WaitGroup
-	// work runs a task in slot s, which holds a slot of this pool; it may
-	// trade it for another pool's (see Engine.resolve). It may return
-	// another task for the slot to run next: s then holds a slot of this
-	// pool again.
-	work func(ctx context.Context, t T, s *slot) (next *T)
-}
-
-func newWorkerPool[T any](hard context.Context, tasks *sync.WaitGroup, slots int, work func(context.Context, T, *slot) *T) *workerPool[T] {
-	return &workerPool[T]{semaphore: newSemaphore(slots), hard: hard, tasks: tasks, work: work}
-}
-
-// start runs t in a reserved slot. It must be called by a task of the same
-// engine or by the pool's poller, so that Run's wait has not finished.
-func (p *workerPool[T]) start(t T) {
-	p.run(func(ctx context.Context, s *slot) *T { return p.work(ctx, t, s) })
-}
-
-// run runs fn in a reserved slot, then the tasks it returns for the slot,
-// as start does.
-func (p *workerPool[T]) run(fn func(ctx context.Context, s *slot) (next *T)) {
-	p.tasks.Add(1)
-	go func() {
-		defer p.tasks.Done()
-		s := &slot{held: p.semaphore}
-		defer s.release()
-		for next := fn(p.hard, s); next != nil; {
-			next = p.work(p.hard, *next, s)
-		}
-	}()
-}
-
-// semaphore counts a pool's busy slots. A slot given back goes to a task
-// waiting for one in acquireWithin, if there is one, before the poller: a
-// task already claimed runs before the next claim.
-type semaphore struct {
-	slots  chan struct{} // one element per busy slot
-	direct chan struct{} // unbuffered: a slot passed from release to a waiter
-}
-
-func newSemaphore(n int) *semaphore {
-	return &semaphore{slots: make(chan struct{}, n), direct: make(chan struct{})}
-}
-
-// tryAcquire reserves a slot if one is free.
-func (p *semaphore) tryAcquire() bool {
-	select {
-	case p.slots <- struct{}{}:
-		return true
-	default:
-		return false
-	}
-}
-
-// acquireWithin reserves a slot, waiting up to d for one to free up.
-func (p *semaphore) acquireWithin(ctx context.Context, d time.Duration) bool {
-	if p.tryAcquire() {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case p.slots <- struct{}{}:
-		return true
-	case <-p.direct:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return false
-}
-
-func (p *semaphore) hasFree() bool { return len(p.slots) < cap(p.slots) }
-
-// tryAcquireUpTo reserves free slots, at most n, and returns how many.
-func (p *semaphore) tryAcquireUpTo(n int) int {
-	got := 0
-	for got < n && p.tryAcquire() {
-		got++
-	}
-	return got
-}
-
-// release gives back a slot: to a task waiting in acquireWithin, or to the
-// pool.
-func (p *semaphore) release() {
-	select {
-	case p.direct <- struct{}{}:
-	default:
-		<-p.slots
-	}
-}
-
-// releaseN gives back n slots.
-func (p *semaphore) releaseN(n int) {
-	for range n {
-		p.release()
-	}
-}
-
-// slot is what a running task holds: a slot of its pool, one of another
-// pool it traded it for, or none (held is nil). Its goroutine releases it
-// when it ends.
-type slot struct{ held *semaphore }
-
-// trade holds a free slot of p instead of the one s holds, and reports
-// whether there was one.
-func (s *slot) trade(p *semaphore) bool {
-	if !p.tryAcquire() {
-		return false
-	}
-	s.release()
-	s.held = p
-	return true
-}
-
-// release gives back the slot s holds, if any.
-func (s *slot) release() {
-	if s.held != nil {
-		s.held.release()
-		s.held = nil
-	}
-}
-
 // pollLoop claims tasks of one kind on one queue (those key announces)
 // whenever its pool has free slots and there is work. It returns when ctx
 // is done.
-func pollLoop[T any](ctx context.Context, e *Engine, kind string, key store.Note, p *workerPool[T],
+func pollLoop[T any](ctx context.Context, e *Engine, kind string, key store.Note, p *workers.Pool[T],
 	claim func(ctx context.Context, queue string, n int) ([]T, error)) {
 	queue := key.Queue
-	w := e.hub.Wake(key, p.hasFree)
+	w := e.hub.Wake(key, p.HasFree)
 	defer e.hub.Unwake(key, w)
 	errBackoff := 100 * time.Millisecond
 	for {
-		select {
-		case p.slots <- struct{}{}:
-		case <-ctx.Done():
+		if !p.Acquire(ctx) {
 			return
 		}
 		if ctx.Err() != nil { // both were ready and select chose the slot
-			p.release()
+			p.Release()
 			return
 		}
-		free := 1 + p.tryAcquireUpTo(cap(p.slots)-1)
+		free := 1 + p.TryAcquireUpTo(p.Cap()-1)
 		// A claim that commits must not be lost to a cancelled context, so
 		// claims are not cut short by ctx; they are short.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		claimedAt := e.dueNow() // the clock claims decide by
 		tasks, err := claim(cctx, queue, free)
 		cancel()
-		p.releaseN(free - len(tasks))
+		p.ReleaseN(free - len(tasks))
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -394,7 +261,7 @@ func pollLoop[T any](ctx context.Context, e *Engine, kind string, key store.Note
 		e.hub.DB.OK(ctx, "claim "+kind+" tasks on queue "+queue)
 		errBackoff = 100 * time.Millisecond
 		for _, t := range tasks {
-			p.start(t)
+			p.Start(t)
 		}
 		if len(tasks) == free {
 			continue // there may be more

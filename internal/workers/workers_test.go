@@ -1,4 +1,4 @@
-package engine
+package workers
 
 import (
 	"context"
@@ -9,23 +9,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A slot given back goes to a task waiting in acquireWithin before the
-// poller, which waits to put its claim in (see reslot).
+// A slot given back goes to a task waiting in AcquireWithin before the
+// poller, which waits to put its claim in (the engine's reslot).
 func TestReleasedSlotGoesToAWaiterBeforeThePoller(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newSemaphore(1)
-		require.True(t, p.tryAcquire())
+		p := NewSemaphore(1)
+		require.True(t, p.TryAcquire())
 		polled := make(chan struct{})
 		go func() { // the poller, as pollLoop waits for a slot
-			p.slots <- struct{}{}
+			p.Acquire(context.Background())
 			close(polled)
 		}()
 		synctest.Wait()
 		got := make(chan bool)
-		go func() { got <- p.acquireWithin(context.Background(), time.Second) }()
+		go func() { got <- p.AcquireWithin(context.Background(), time.Second) }()
 		synctest.Wait() // both wait
 
-		p.release()
+		p.Release()
 		require.True(t, <-got, "the waiting task took the slot")
 		synctest.Wait()
 		select {
@@ -34,25 +34,25 @@ func TestReleasedSlotGoesToAWaiterBeforeThePoller(t *testing.T) {
 		default:
 		}
 
-		p.release() // no task waits: the poller gets it
+		p.Release() // no task waits: the poller gets it
 		<-polled
-		require.False(t, p.hasFree())
+		require.False(t, p.HasFree())
 	})
 }
 
 // acquireWithin gives up after its wait, or when ctx ends, holding nothing.
 func TestAcquireWithinGivesUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newSemaphore(1)
-		require.True(t, p.tryAcquire())
+		p := NewSemaphore(1)
+		require.True(t, p.TryAcquire())
 		began := time.Now()
-		require.False(t, p.acquireWithin(context.Background(), 200*time.Millisecond))
+		require.False(t, p.AcquireWithin(context.Background(), 200*time.Millisecond))
 		require.Equal(t, 200*time.Millisecond, time.Since(began))
 
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		require.False(t, p.acquireWithin(ctx, time.Hour))
-		p.release()
-		require.True(t, p.hasFree(), "nothing was held by the waits that gave up")
+		require.False(t, p.AcquireWithin(ctx, time.Hour))
+		p.Release()
+		require.True(t, p.HasFree(), "nothing was held by the waits that gave up")
 	})
 }
