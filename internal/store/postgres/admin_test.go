@@ -87,58 +87,7 @@ func adminSetup(t *testing.T) adminBundle {
 	return b
 }
 
-func TestListRuns(t *testing.T) {
-	t.Parallel()
-	b := adminSetup(t)
-
-	tests := []struct {
-		name string
-		in   store.ListRunsParams
-		want []string // workflow IDs, newest first
-	}{
-		{"All", store.ListRunsParams{}, []string{"mail-1", "order-2", "order-1"}},
-		{"Status", store.ListRunsParams{Status: store.StatusRunning}, []string{"mail-1", "order-2"}},
-		{"StatusCompleted", store.ListRunsParams{Status: store.StatusCompleted}, []string{"order-1"}},
-		{"StatusNone", store.ListRunsParams{Status: "canceled"}, nil},
-		{"Type", store.ListRunsParams{WorkflowType: "Order"}, []string{"order-2", "order-1"}},
-		{"WorkflowID", store.ListRunsParams{WorkflowID: "order-2"}, []string{"order-2"}},
-		{"TypeAndStatus", store.ListRunsParams{WorkflowType: "Order", Status: store.StatusRunning}, []string{"order-2"}},
-		{"Since", store.ListRunsParams{Since: b.t0.Add(time.Minute)}, []string{"mail-1", "order-2"}},
-		{"SinceLater", store.ListRunsParams{Since: b.t0.Add(time.Hour)}, nil},
-		{"Limit", store.ListRunsParams{Limit: 2}, []string{"mail-1", "order-2"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			runs, err := b.s.ListRuns(b.ctx, tt.in)
-			require.NoError(t, err)
-			var got []string
-			for _, r := range runs {
-				got = append(got, r.WorkflowID)
-			}
-			require.Equal(t, tt.want, got)
-		})
-	}
-
-	t.Run("Fields", func(t *testing.T) {
-		t.Parallel()
-		runs, err := b.s.ListRuns(b.ctx, store.ListRunsParams{WorkflowType: "Order"})
-		require.NoError(t, err)
-		require.Len(t, runs, 2)
-		closed, open := runs[1], runs[0]
-		want := b.runs["order-1"]
-		require.Equal(t, want.RunID, closed.RunID)
-		require.Equal(t, "order-1", closed.WorkflowID)
-		require.Equal(t, "Order", closed.WorkflowType)
-		require.Equal(t, "q", closed.Queue)
-		require.Equal(t, store.StatusCompleted, closed.Status)
-		require.True(t, b.t0.Equal(closed.CreatedAt), "created %v, want %v", closed.CreatedAt, b.t0)
-		require.NotNil(t, closed.ClosedAt)
-		require.True(t, b.t0.Add(10*time.Minute).Equal(*closed.ClosedAt), "closed %v", *closed.ClosedAt)
-		require.Equal(t, store.StatusRunning, open.Status)
-		require.Nil(t, open.ClosedAt)
-	})
-}
+// ListRuns is specified by storetest (testListRunsFiltersNewestFirst).
 
 func TestListPendingActivities(t *testing.T) {
 	t.Parallel()
