@@ -74,10 +74,13 @@ const (
 // nothing else); if it has one, the run's fence fails and the close takes
 // the general statement, which deletes it in lock order. Its timers go.
 // Each comes for an activity outcome [0] and for a timer [1].
-var fusedStepSQL, fusedCloseSQL [2]string
+var (
+	fusedStepSQL  = [2]string{fusedStepActivitySQL, fusedStepTimerSQL}
+	fusedCloseSQL = [2]string{fusedCloseActivitySQL, fusedCloseTimerSQL}
+)
 
-func init() {
-	const stepTail = commitEventsCTE + commitActivitiesCTE + `), tmr AS (
+const (
+	fusedStepTailSQL = commitEventsCTE + commitActivitiesCTE + `), tmr AS (
     INSERT INTO durable_timers (run_id, seq, queue, fire_at)
     SELECT run.run_id, t.seq, run.queue, t.fire_at
     FROM run, unnest(@timer_seq::bigint[], @timer_at::timestamptz[]) AS t(seq, fire_at)
@@ -87,21 +90,21 @@ SELECT (SELECT count(*) FROM act), (SELECT count(*) FROM run), (SELECT first_id 
     (SELECT array_agg(queue) FROM acts WHERE run_after <= @now AND locked_by IS NULL),
     (SELECT array_agg(ARRAY[id, seq]) FROM acts WHERE locked_by IS NOT NULL),
     (SELECT min(fire_at) FROM tmr)`
-	const closeRun = `,
+	fusedCloseRunSQL = `,
         status = 'completed', result = @result::jsonb, closed_at = ` + eventTime
-	const closeTail = `
+	fusedCloseTailSQL = `
       AND NOT EXISTS (SELECT 1 FROM durable_activity_tasks o WHERE o.run_id = r.run_id AND o.id <> @act_id)`
-	const closeSelect = `)
+	fusedCloseSelectSQL = `)
 SELECT (SELECT count(*) FROM act), (SELECT count(*) FROM run), (SELECT first_id FROM run),
     NULL::text[], NULL::json, NULL::timestamptz, coalesce((SELECT waiter FROM run), '')`
-	fusedStepSQL[0] = fusedActivityLockSQL + fusedRunSQL + fusedRunTailSQL + fusedReturningSQL + fusedActivityDoneSQL + stepTail
-	fusedStepSQL[1] = fusedTimerLockSQL + fusedRunSQL + fusedRunTailSQL + fusedReturningSQL + fusedTimerDoneSQL + stepTail
-	fusedCloseSQL[0] = fusedActivityLockSQL + fusedRunSQL + closeRun + fusedRunTailSQL + closeTail + fusedReturningSQL +
+	fusedStepActivitySQL  = fusedActivityLockSQL + fusedRunSQL + fusedRunTailSQL + fusedReturningSQL + fusedActivityDoneSQL + fusedStepTailSQL
+	fusedStepTimerSQL     = fusedTimerLockSQL + fusedRunSQL + fusedRunTailSQL + fusedReturningSQL + fusedTimerDoneSQL + fusedStepTailSQL
+	fusedCloseActivitySQL = fusedActivityLockSQL + fusedRunSQL + fusedCloseRunSQL + fusedRunTailSQL + fusedCloseTailSQL + fusedReturningSQL +
 		fusedActivityDoneSQL + commitEventsCTE + `), ctm AS (
-    DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id` + closeSelect
-	fusedCloseSQL[1] = fusedTimerLockSQL + fusedRunSQL + closeRun + fusedRunTailSQL + closeTail + fusedReturningSQL +
-		fusedTimersDoneSQL + commitEventsCTE + closeSelect
-}
+    DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id` + fusedCloseSelectSQL
+	fusedCloseTimerSQL = fusedTimerLockSQL + fusedRunSQL + fusedCloseRunSQL + fusedRunTailSQL + fusedCloseTailSQL + fusedReturningSQL +
+		fusedTimersDoneSQL + commitEventsCTE + fusedCloseSelectSQL
+)
 
 // commitFused runs a fused step. args are CommitWorkflowTask's.
 func (s *Store) commitFused(ctx context.Context, in store.CommitWorkflowTaskParams, args namedArgs, ready *store.Ready) (claimedActivities, error) {
@@ -156,78 +159,87 @@ func (s *Store) commitFused(ctx context.Context, in store.CommitWorkflowTaskPara
 // timers: the same locks in the same order (the activity tasks, in write
 // order, then the runs; for timers the runs, then the timers), the same
 // fences per run, one row per write.
-var fusedStepMany, fusedCloseMany [2]*manyStmt
+var (
+	fusedStepMany = [2]*manyStmt{
+		{sql: fusedStepManyActivitySQL, scalars: fusedManyScalars, lists: manyCommandLists},
+		{sql: fusedStepManyTimerSQL, scalars: fusedManyScalars, lists: manyCommandLists},
+	}
+	fusedCloseMany = [2]*manyStmt{
+		{sql: fusedCloseManyActivitySQL, scalars: fusedManyCloseScalars, lists: manyCommandLists[:1]},
+		{sql: fusedCloseManyTimerSQL, scalars: fusedManyCloseScalars, lists: manyCommandLists[:1]},
+	}
+	fusedManyScalars      = []string{"run_id", "act_id", "act_attempt", "fired_seq", "processed", "now"}
+	fusedManyCloseScalars = []string{"run_id", "act_id", "act_attempt", "fired_seq", "processed", "now", "result"}
+)
 
-func init() {
-	// The parts in which the statements differ: their first lock (act),
-	// whether they close the run (set, cond), and what they consume (done).
-	const input = `
+// The four statements for many, and the parts in which they differ: their
+// input (a close has results), their first lock (an activity task, or a
+// timer read), whether they close the run, and what they consume.
+const (
+	fusedStepManyActivitySQL = fusedManyStepInput + fusedManyActivityLock + fusedManyRun + fusedManyRunWhere + fusedManyReturning +
+		fusedManyActivityDone + fusedManyStepTail
+	fusedStepManyTimerSQL = fusedManyStepInput + fusedManyTimerRead + fusedManyRun + fusedManyRunWhere + fusedManyReturning +
+		fusedManyTimerDone + fusedManyStepTail
+	fusedCloseManyActivitySQL = fusedManyCloseInput + fusedManyActivityLock + fusedManyRun + fusedManyCloseSet + fusedManyRunWhere +
+		fusedManyCloseCond + fusedManyReturning + fusedManyActivityDone + `
+` + manyEventsCTE + `), ctm AS (
+    ` + fusedManyTimersDone + `
+)` + fusedManyCloseTail
+	fusedCloseManyTimerSQL = fusedManyCloseInput + fusedManyTimerRead + fusedManyRun + fusedManyCloseSet + fusedManyRunWhere +
+		fusedManyCloseCond + fusedManyReturning + fusedManyTimersDone + `
+` + manyEventsCTE + `)` + fusedManyCloseTail
+
+	fusedManyInputHead = `
 WITH inp AS (
     SELECT * FROM unnest(@run_id::uuid[], @act_id::bigint[], @act_attempt::int[], @fired_seq::bigint[],
-        @processed::bigint[], @now::timestamptz[], @n_events::int[]%[1]s)
-        WITH ORDINALITY AS i(run_id, act_id, act_attempt, fired_seq, processed, now, n%[2]s, ix)
-), act AS (%[3]s
-), run AS (
-    UPDATE durable_runs r
-    SET next_event_id = r.next_event_id + i.n, processed_event_id = i.processed, updated_at = greatest(r.updated_at, i.now)%[4]s
-    FROM act JOIN inp i ON i.ix = act.ix
-    WHERE r.run_id = act.run_id AND ` + runOpen + ` AND r.next_event_id = i.processed
-        AND r.run_id = ANY(@run_id::uuid[])%[5]s
-    RETURNING i.ix, r.run_id, r.queue, r.next_event_id - i.n AS first_id, i.now, r.updated_at AS at, i.act_id, i.fired_seq, r.waiter
-), done AS (
-    %[6]s
-` + manyEventsCTE
-	const (
-		activityLock = `
+        @processed::bigint[], @now::timestamptz[], @n_events::int[]`
+	fusedManyStepInput = fusedManyInputHead + `)
+        WITH ORDINALITY AS i(run_id, act_id, act_attempt, fired_seq, processed, now, n, ix)
+), act AS (`
+	fusedManyCloseInput = fusedManyInputHead + `, @result::jsonb[])
+        WITH ORDINALITY AS i(run_id, act_id, act_attempt, fired_seq, processed, now, n, result, ix)
+), act AS (`
+	fusedManyActivityLock = `
     SELECT i.ix, t.run_id FROM (SELECT * FROM inp ORDER BY ix) i
     CROSS JOIN LATERAL (
         SELECT t.run_id FROM durable_activity_tasks t
         WHERE t.id = i.act_id AND t.attempt = i.act_attempt AND t.run_id = i.run_id
         FOR UPDATE
     ) t`
-		timerRead = `
+	fusedManyTimerRead = `
     SELECT i.ix, d.run_id FROM inp i
     CROSS JOIN LATERAL (
         SELECT d.run_id FROM durable_timers d WHERE d.run_id = i.run_id AND d.seq = i.fired_seq
         LIMIT 1
     ) d`
-		activityDone = `DELETE FROM durable_activity_tasks a USING run
-    WHERE a.id = run.act_id AND a.id = ANY(@act_id::bigint[])`
-		timerDone = `DELETE FROM durable_timers d USING run
-    WHERE d.run_id = run.run_id AND d.seq = run.fired_seq AND d.run_id = ANY(@run_id::uuid[])`
-		timersDone = `DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id AND d.run_id = ANY(@run_id::uuid[])`
-		closeSet   = `,
+	fusedManyRun = `
+), run AS (
+    UPDATE durable_runs r
+    SET next_event_id = r.next_event_id + i.n, processed_event_id = i.processed, updated_at = greatest(r.updated_at, i.now)`
+	fusedManyCloseSet = `,
         status = 'completed', result = i.result, closed_at = greatest(r.updated_at, i.now)`
-		closeCond = `
+	fusedManyRunWhere = `
+    FROM act JOIN inp i ON i.ix = act.ix
+    WHERE r.run_id = act.run_id AND ` + runOpen + ` AND r.next_event_id = i.processed
+        AND r.run_id = ANY(@run_id::uuid[])`
+	fusedManyCloseCond = `
       AND NOT EXISTS (SELECT 1 FROM durable_activity_tasks o
           WHERE o.run_id = r.run_id AND o.id <> i.act_id AND o.run_id = ANY(@run_id::uuid[]))`
-		fences = `
+	fusedManyReturning = `
+    RETURNING i.ix, r.run_id, r.queue, r.next_event_id - i.n AS first_id, i.now, r.updated_at AS at, i.act_id, i.fired_seq, r.waiter
+), done AS (
+    `
+	fusedManyActivityDone = `DELETE FROM durable_activity_tasks a USING run
+    WHERE a.id = run.act_id AND a.id = ANY(@act_id::bigint[])`
+	fusedManyTimerDone = `DELETE FROM durable_timers d USING run
+    WHERE d.run_id = run.run_id AND d.seq = run.fired_seq AND d.run_id = ANY(@run_id::uuid[])`
+	fusedManyTimersDone = `DELETE FROM durable_timers d USING run WHERE d.run_id = run.run_id AND d.run_id = ANY(@run_id::uuid[])`
+	fusedManyStepTail   = `
+` + manyEventsCTE + manyActivitiesCTE + `)` + fusedManyFences + manyReadyColumns
+	fusedManyFences = `
 SELECT i.ix, (SELECT count(*) FROM act WHERE act.ix = i.ix), (SELECT count(*) FROM run WHERE run.ix = i.ix),
     (SELECT first_id FROM run WHERE run.ix = i.ix),`
-		closeTail = fences + `
+	fusedManyCloseTail = fusedManyFences + `
     NULL::text[], NULL::json, NULL::timestamptz, coalesce((SELECT waiter FROM run WHERE run.ix = i.ix), '')
 FROM inp i ORDER BY i.ix`
-	)
-	scalars := []string{"run_id", "act_id", "act_attempt", "fired_seq", "processed", "now"}
-	closeScalars := append(scalars[:len(scalars):len(scalars)], "result")
-	step := func(lock, done string) *manyStmt {
-		return &manyStmt{
-			sql:     fmt.Sprintf(input, "", "", lock, "", "", done) + manyActivitiesCTE + `)` + fences + manyReadyColumns,
-			scalars: scalars, lists: manyCommandLists,
-		}
-	}
-	closing := func(lock, done, also string) *manyStmt {
-		return &manyStmt{
-			sql: fmt.Sprintf(input, ", @result::jsonb[]", ", result", lock, closeSet, closeCond, done) + also + `)` +
-				closeTail,
-			scalars: closeScalars, lists: manyCommandLists[:1],
-		}
-	}
-	fusedStepMany = [2]*manyStmt{step(activityLock, activityDone), step(timerRead, timerDone)}
-	fusedCloseMany = [2]*manyStmt{
-		closing(activityLock, activityDone, `), ctm AS (
-    `+timersDone+`
-`),
-		closing(timerRead, timersDone, ""),
-	}
-}
+)
