@@ -98,9 +98,10 @@ type Findings struct {
 	// behind it or a second ahead of it when the timer started).
 	TimerClockViolations int `json:"timer_clock_violations"`
 	// TimerClockPaused counts the timers whose due time came from a task
-	// whose worker was paused (SIGSTOP) between the task's time and its
-	// commit: a paused worker's commit comes late, on its task's time, and
-	// is accepted while no other worker has claimed the task (its token
+	// whose worker was paused (SIGSTOP), or whose database went away (a
+	// restart, a killed connection), between the task's time and its
+	// commit: such a commit comes late, on its task's time, and is
+	// accepted while no other worker has claimed the task (its token
 	// holds); the workflow's clock says the timer started at that time.
 	TimerClockPaused int `json:"timer_clock_paused"`
 	// What the fencing checks read from the database: outcomes, heartbeats,
@@ -548,8 +549,8 @@ func (c *checker) checkHistory(run *runFacts, evs []history.Event, tf timerFacts
 // when its row was inserted. A commit comes up to a lease after the
 // task's time, so a due time up to a lease short is the engine's clock
 // being on time; more than that, or more than a second long, is a clock
-// off the database's, unless the writing worker was paused in between
-// (TimerClockPaused).
+// off the database's, unless the writing worker was paused or its database
+// went away in between (TimerClockPaused).
 func (c *checker) checkTimerClock(run *runFacts, seq int64, started history.Event, starts map[int64]timerStart) {
 	st, ok := starts[seq]
 	if !ok {
@@ -557,7 +558,7 @@ func (c *checker) checkTimerClock(run *runFacts, seq int64, started history.Even
 	}
 	asked := started.Attributes.(history.TimerStarted).FireAt.Sub(started.Time)
 	left := st.fireAt.Sub(st.at)
-	if left < asked-c.lease && c.faultDuring(pidOfWorker(st.writer), started.Time, st.at) == "pause" {
+	if why := c.faultDuring(pidOfWorker(st.writer), started.Time, st.at); left < asked-c.lease && (why == "pause" || why == "postgres") {
 		c.f.TimerClockPaused++
 		return
 	}

@@ -683,8 +683,8 @@ func TestWorkerLogsTellReusedPIDsApart(t *testing.T) {
 
 // A timer whose due time is more than a lease behind the database's time
 // at its insert is a clock off the database's, unless its writer was
-// paused between the task's time and the insert: a late commit, on the
-// task's time.
+// paused, or its database went away, between the task's time and the
+// insert: a late commit, on the task's time.
 func TestTimerClockExplainsOnlyAPausedWriter(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -699,6 +699,8 @@ func TestTimerClockExplainsOnlyAPausedWriter(t *testing.T) {
 		{"its writer paused", []Fault{{Kind: FaultPause, PID: 42, At: at.Add(time.Second), Until: at.Add(2500 * time.Millisecond)}}, 0},
 		{"another worker paused", []Fault{{Kind: FaultPause, PID: 43, At: at.Add(time.Second), Until: at.Add(2500 * time.Millisecond)}}, 1},
 		{"its writer paused before the task", []Fault{{Kind: FaultPause, PID: 42, At: at.Add(-3 * time.Second), Until: at.Add(-2 * time.Second)}}, 1},
+		{"the database restarted", []Fault{{Kind: FaultStopFast, At: at.Add(time.Second), Until: at.Add(2 * time.Second)}}, 0},
+		{"another worker's connection killed", []Fault{{Kind: FaultConnKill, PIDs: []int{43}, At: at.Add(time.Second), Until: at.Add(time.Second)}}, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
