@@ -442,4 +442,11 @@ func decodeHistory(c codec.PayloadCodec, h history.History) (history.History, er
 // it would write to already holds: the engines that run it could not have
 // decoded what it would write either (a wrong key, or a key the others do
 // not have yet).
-var ErrCodecMismatch = codecstore.ErrCodecMismatch
+var ErrCodecMismatch = errors.New("this engine's codec cannot decode the run it would write to")
+
+// codecMismatch is the codec wrapper's refusal err as ErrCodecMismatch, its
+// message unchanged.
+type codecMismatch struct{ err error }
+
+func (e codecMismatch) Error() string   { return e.err.Error() }
+func (e codecMismatch) Unwrap() []error { return []error{ErrCodecMismatch, e.err} }

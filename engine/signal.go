@@ -7,6 +7,7 @@ import (
 
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/store/codecstore"
 	"github.com/durable-go/durable/workflow"
 )
 
@@ -60,6 +61,8 @@ func (e *Engine) sendToRun(ctx context.Context, s store.Store, inTx bool, workfl
 		return fmt.Errorf("%s to workflow %q: %w", ev.EventType(), workflowID, ErrRunNotFound)
 	case errors.Is(err, store.ErrRunClosed):
 		return fmt.Errorf("%s to workflow %q: %w", ev.EventType(), workflowID, ErrRunClosed)
+	case errors.Is(err, codecstore.ErrCodecMismatch):
+		return codecMismatch{err}
 	case err != nil:
 		return err
 	}
