@@ -59,6 +59,7 @@ func TestShortMode(t *testing.T) {
 	require.Positive(t, rep.UpgradedMidRun, "no versioned run was upgraded mid-run")
 	require.Positive(t, rep.SpinsTerminated, "no run of code that never yields was terminated")
 	require.Positive(t, rep.WrongKeySignals, "no signal came from an engine with the wrong key")
+	require.Positive(t, rep.WrongKeyRefused, "no wrong-key signal was refused with engine.ErrCodecMismatch")
 	require.Positive(t, rep.SignalsAccepted, "no signal reached a Drain run")
 	require.Positive(t, rep.BadTextRuns, "no run failed with a text PostgreSQL cannot hold")
 	require.Positive(t, rep.OutcomesChecked, "the database showed no outcome to check")

@@ -114,6 +114,9 @@ func (r *rig) signalWithWrongKey(ctx context.Context, id string) bool {
 		case dbErrorText(err.Error()) || errors.Is(err, context.DeadlineExceeded):
 			r.clientErrs.Add(1)
 			sleepCtx(ctx, backoff)
+		case !errors.Is(err, engine.ErrCodecMismatch):
+			r.violate("workflow %s: a signal from an engine with the wrong payload key was refused with %q, which is not engine.ErrCodecMismatch", id, err)
+			return false
 		default:
 			r.wrongKeyRefused.Add(1)
 			r.mu.Lock()
