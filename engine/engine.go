@@ -18,7 +18,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-go/durable/codec"
-	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/dbclock"
 	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/osclock"
@@ -430,11 +429,6 @@ func (e *Engine) dueNow() time.Time {
 		return e.now()
 	}
 	return e.dueFunc().Truncate(time.Microsecond)
-}
-
-// decodeHistory returns h with its payloads decoded by c.
-func decodeHistory(c codec.PayloadCodec, h history.History) (history.History, error) {
-	return codecstore.DecodeHistory(c, h)
 }
 
 // ErrCodecMismatch is returned by Signal, SignalTx and SignalWithStart, and

@@ -9,6 +9,7 @@ import (
 
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
+	"github.com/durable-go/durable/internal/store/codecstore"
 	"github.com/durable-go/durable/internal/wfexec"
 	"github.com/durable-go/durable/workflow"
 )
@@ -52,7 +53,7 @@ func (e *Engine) replayed(ctx context.Context, h history.History) (wfexec.Execut
 	if err := h.Validate(); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	h, err := decodeHistory(e.opts.Codec, h)
+	h, err := codecstore.DecodeHistory(e.opts.Codec, h)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
@@ -165,7 +166,7 @@ func (e *Engine) ReplayTrace(ctx context.Context, h history.History, until int64
 	if err := h.Validate(); err != nil {
 		return nil, fmt.Errorf("replay trace: %w", err)
 	}
-	h, err := decodeHistory(e.opts.Codec, h)
+	h, err := codecstore.DecodeHistory(e.opts.Codec, h)
 	if err != nil {
 		return nil, fmt.Errorf("replay trace: %w", err)
 	}
