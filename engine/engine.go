@@ -317,19 +317,8 @@ func newEngine(st store.Store, pg *pgBackend, opts Options, wrap func(store.Stor
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	e := &Engine{
-		pg:         pg,
-		wrap:       wrap,
-		opts:       opts,
-		log:        opts.Logger,
-		workflows:  map[string]*workflowDef{},
-		activities: map[string]*activityDef{},
-		names:      map[uintptr]string{},
-		cache:      runcache.New(opts.CacheSize),
-		backlog:    newActivityBacklog(),
-		metrics:    newMetrics(),
-		tracer:     newTracer(opts.TracerProvider),
-	}
+	e := newRegistry(opts, opts.CacheSize)
+	e.pg, e.wrap, e.backlog = pg, wrap, newActivityBacklog()
 	e.store = e.layered(st)
 	e.backlog.ready = func(queue string) { e.hub.Publish(notify.ActivityTasks(queue)) }
 	e.hub = notify.NewHub(e.store, e.log)
@@ -364,6 +353,17 @@ func newEngine(st store.Store, pg *pgBackend, opts Options, wrap func(store.Stor
 		return nil, err
 	}
 	return e, nil
+}
+
+// newRegistry returns an engine with opts (defaults applied) and what
+// registration and replay need, and no store: newEngine adds the store,
+// NewReplayer uses it as it is.
+func newRegistry(opts Options, cacheSize int) *Engine {
+	return &Engine{
+		opts: opts, log: opts.Logger,
+		workflows: map[string]*workflowDef{}, activities: map[string]*activityDef{}, names: map[uintptr]string{},
+		cache: runcache.New(cacheSize), metrics: newMetrics(), tracer: newTracer(opts.TracerProvider),
+	}
 }
 
 // layered returns st as the engine uses it: below the payload codec, and

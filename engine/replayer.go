@@ -8,7 +8,6 @@ import (
 
 	"github.com/durable-go/durable/codec"
 	"github.com/durable-go/durable/history"
-	"github.com/durable-go/durable/internal/runcache"
 )
 
 // ReplayerOptions configure a Replayer. Set them as the engines that
@@ -57,11 +56,9 @@ func NewReplayer(o ReplayerOptions) (*Replayer, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	return &Replayer{e: &Engine{
-		opts: opts, log: opts.Logger, nowFunc: opts.osNowFunc, // a replay compares no times with a database
-		workflows: map[string]*workflowDef{}, activities: map[string]*activityDef{}, names: map[uintptr]string{},
-		cache: runcache.New(0), metrics: newMetrics(), tracer: newTracer(nil),
-	}}, nil
+	e := newRegistry(opts, 0)
+	e.nowFunc = opts.osNowFunc // a replay compares no times with a database
+	return &Replayer{e: e}, nil
 }
 
 // errNoDatabase is returned by a replayer's engine for anything that needs
