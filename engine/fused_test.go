@@ -295,18 +295,21 @@ func TestClientResultTakesTheOutcomeFromTheNotice(t *testing.T) {
 			t.Parallel()
 			worker := fusedEngine(t, &stepCounter{}, &syncbuf.Buffer{}, func(o *Options) { o.Codec = tc.codec })
 			sc := &stepCounter{}
+			lw := &listenWatch{listening: make(chan struct{})}
 			client, err := newOnPool(worker.pg.pool, Options{
 				Logger: slog.New(slog.DiscardHandler), SkipMigrate: true, PollInterval: time.Hour, // only a notice ends the wait
-				Codec: tc.codec}, func(s store.Store) store.Store { sc.Store = s; return sc })
+				Codec: tc.codec}, func(s store.Store) store.Store { sc.Store = s; lw.Store = sc; return lw })
 			require.NoError(t, err)
 			require.NoError(t, RegisterWorkflow(client, threeIncrs, WorkflowOptions{}))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			client.hub.Acquire() // as another Result waiting here would
 			defer client.hub.Release()
-			require.Eventually(t, func() bool {
-				return client.hub.Listening()
-			}, 10*time.Second, time.Millisecond, "the client listens")
+			select {
+			case <-lw.listening:
+			case <-ctx.Done():
+				t.Fatal("the client does not listen")
+			}
 
 			c0 := sc.snap()
 			runToEnd(ctx, t, client, threeIncrs, 1, 4)
@@ -601,4 +604,18 @@ func TestTimersDueTogetherWakeTheCachedRunInTurn(t *testing.T) {
 	require.Equal(t, c0.woken, c.woken, "no fire handed the run over")
 	require.Equal(t, c0.claimed, c.claimed, "no claim")
 	require.NoError(t, e.ReplayRun(ctx, r.WorkflowID))
+}
+
+// listenWatch closes listening once its store's Listen listens.
+type listenWatch struct {
+	store.Store
+	listening chan struct{}
+	once      sync.Once
+}
+
+func (s *listenWatch) Listen(ctx context.Context, onListen func(), deliver func(store.Note)) error {
+	return s.Store.Listen(ctx, func() {
+		onListen()
+		s.once.Do(func() { close(s.listening) })
+	}, deliver)
 }

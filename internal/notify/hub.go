@@ -276,13 +276,6 @@ func (h *Hub) stop() {
 	<-h.done
 }
 
-// Listening reports whether the hub's LISTEN holds now.
-func (h *Hub) Listening() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return !h.listening.IsZero()
-}
-
 // Active reports whether the Hub runs, and so will send what is published.
 func (h *Hub) Active() bool {
 	h.life.Lock()
