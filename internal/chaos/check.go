@@ -558,9 +558,11 @@ func (c *checker) checkTimerClock(run *runFacts, seq int64, started history.Even
 	}
 	asked := started.Attributes.(history.TimerStarted).FireAt.Sub(started.Time)
 	left := st.fireAt.Sub(st.at)
-	if why := c.faultDuring(pidOfWorker(st.writer), started.Time, st.at); left < asked-c.lease && (why == "pause" || why == "postgres") {
-		c.f.TimerClockPaused++
-		return
+	if left < asked-c.lease {
+		if why := c.faultDuring(pidOfWorker(st.writer), started.Time, st.at); why == "pause" || why == "postgres" {
+			c.f.TimerClockPaused++
+			return
+		}
 	}
 	if left < asked-c.lease || left > asked+time.Second {
 		c.f.TimerClockViolations++
