@@ -146,78 +146,19 @@ func queueBehindTheOnlySlot(t *testing.T, holdAsJob, keepSlot bool) (order []int
 // the preference meant for this one).
 func awaitOnlyInBacklog(t *testing.T, e *Engine, runID string) {
 	t.Helper()
+	mine := func(k store.ActivityKey) bool { return k.RunID == runID }
 	require.Eventually(t, func() bool {
-		e.backlog.mu.Lock()
-		defer e.backlog.mu.Unlock()
-		q := e.backlog.queues[DefaultQueue]
-		if q == nil || !slices.ContainsFunc(q.keys, func(k store.ActivityKey) bool { return k.RunID == runID }) {
-			return false
-		}
-		q.keys = slices.DeleteFunc(q.keys, func(k store.ActivityKey) bool { return k.RunID != runID })
-		return true
+		return slices.ContainsFunc(e.backlog.Keys(DefaultQueue), mine)
 	}, 10*time.Second, time.Millisecond, "the run's activity waits in the backlog")
-}
-
-// The backlog gives its oldest entries, asks every backlogShare-th claim to
-// take one of the queue's oldest tasks first, and past backlogMax drops its
-// oldest.
-func TestBacklogTakeAndBounds(t *testing.T) {
-	b := newActivityBacklog()
-	acts := make([]store.NewActivityTask, backlogMax+2)
-	for i := range acts {
-		acts[i] = store.NewActivityTask{Seq: int64(i + 1), Queue: "q"}
-	}
-	b.push("r", acts)
-	keys, share := b.take("other", 3)
-	require.Nil(t, keys)
-	require.False(t, share)
-	got, _ := b.take("q", 2)
-	require.Equal(t, []store.ActivityKey{{RunID: "r", Seq: 3}, {RunID: "r", Seq: 4}}, got,
-		"the oldest two were dropped past backlogMax")
-	for i := 2; i < backlogShare; i++ {
-		keys, share := b.take("q", 1)
-		require.Len(t, keys, 1, "claim %d", i)
-		require.False(t, share, "claim %d", i)
-	}
-	keys, share = b.take("q", 1)
-	require.Len(t, keys, 1, "claim %d names a task all the same, for when the queue has no other", backlogShare)
-	require.True(t, share, "claim %d takes one of the queue's oldest first", backlogShare)
-	keys, share = b.take("q", 1)
-	require.Len(t, keys, 1)
-	require.False(t, share)
-}
-
-// Once the hold of what was pushed on a queue is over, the backlog
-// announces the queue, once: what a claim named but did not get is then
-// ready for any engine, which must not wait for its backstop poll.
-func TestBacklogAnnouncesItsQueueWhenTheHoldEnds(t *testing.T) {
-	t.Parallel()
-	b := newActivityBacklog()
-	calls := make(chan string, 10)
-	b.ready = func(queue string) { calls <- queue }
-	pushed := time.Now()
-	b.push("r", []store.NewActivityTask{{Seq: 1, Queue: "q"}, {Seq: 2, Queue: "q"}})
-	select {
-	case q := <-calls:
-		require.Equal(t, "q", q)
-		require.GreaterOrEqual(t, time.Since(pushed), backlogHold, "not before the hold ends")
-	case <-time.After(10 * backlogHold):
-		t.Fatal("the queue was not announced")
-	}
-	require.Never(t, func() bool { return len(calls) > 0 }, backlogHold+backlogHold/2, 10*time.Millisecond,
-		"nothing more was pushed: no more announcements")
-
-	// A push while the timer runs is announced by a second timer, after the
-	// first: its hold ends later.
-	pushed = time.Now()
-	b.push("r", []store.NewActivityTask{{Seq: 3, Queue: "q"}})
-	b.push("r", []store.NewActivityTask{{Seq: 4, Queue: "q"}})
-	for want := 1; want <= 2; want++ {
-		select {
-		case <-calls:
-			require.GreaterOrEqual(t, time.Since(pushed), time.Duration(want)*backlogHold, "announcement %d", want)
-		case <-time.After(10 * backlogHold):
-			t.Fatalf("announcement %d did not come", want)
+	keys, _, _ := e.backlog.TakeIfAny(DefaultQueue, backlogMaxForTest)
+	var keep []store.NewActivityTask
+	for _, k := range keys {
+		if mine(k) {
+			keep = append(keep, store.NewActivityTask{Seq: k.Seq, Queue: DefaultQueue})
 		}
 	}
+	e.backlog.Push(runID, keep)
 }
+
+// backlogMaxForTest is more entries than a test's backlog holds.
+const backlogMaxForTest = 1 << 20

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-go/durable/codec"
+	"github.com/durable-go/durable/internal/backlog"
 	"github.com/durable-go/durable/internal/dbclock"
 	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/osclock"
@@ -294,7 +295,7 @@ type Engine struct {
 	served map[string]QueueOptions
 
 	cache   *runcache.Cache
-	backlog *activityBacklog // activities this engine could not hand off
+	backlog *backlog.Backlog // activities this engine could not hand off
 	wakes   wakeups          // soon-due timers of cached runs (timerfire.go)
 	hub     *notify.Hub
 	nowFunc func() time.Time // the engine's clock: Options.NowFunc, or the database's
@@ -318,9 +319,9 @@ func newEngine(st store.Store, pg *pgBackend, opts Options, wrap func(store.Stor
 	}
 	opts = opts.withDefaults()
 	e := newRegistry(opts, opts.CacheSize)
-	e.pg, e.wrap, e.backlog = pg, wrap, newActivityBacklog()
+	e.pg, e.wrap = pg, wrap
+	e.backlog = backlog.New(func(queue string) { e.hub.Publish(notify.ActivityTasks(queue)) })
 	e.store = e.layered(st)
-	e.backlog.ready = func(queue string) { e.hub.Publish(notify.ActivityTasks(queue)) }
 	e.hub = notify.NewHub(e.store, e.log)
 	e.hub.Backstop = func(ctx context.Context, runIDs []string) ([]string, error) {
 		return e.store.NotRunning(ctx, runIDs)

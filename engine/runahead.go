@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
@@ -193,6 +195,33 @@ func (e *Engine) withOutcome(t store.WorkflowTask, x wfexec.Executor, cmds []his
 	commit.CloseChildren = commit.Close != nil && x.HasChildren()
 	commit.NextEventID = first
 	return commit, true
+}
+
+// writeWithResult writes step s's commands together with the result of
+// the activity ahead ran and what the code did next, into w, and reports
+// whether it did. If that write cannot be made (see withOutcome) or the
+// run moved on first, it reports false: the commands are then written
+// alone, and the result follows them the ordinary way.
+func (e *Engine) writeWithResult(ctx context.Context, s step, ahead *runAhead, w *written) bool {
+	m, ok := e.withOutcome(s.t, s.x, s.cmds, ahead)
+	if !ok {
+		return false
+	}
+	handOff := e.handOffActivities(s.t.RunID, m.Activities, "", nil)
+	ready, err := e.store.CommitWorkflowTask(ctx, m)
+	s.x.ReleaseLogs(err == nil)
+	if errors.Is(err, store.ErrRunMoved) {
+		handOff.start(nil, false)
+		return false
+	}
+	ahead.settle(nil, err == nil)
+	if err == nil {
+		e.metrics.outcomes.WithLabelValues("activity", ahead.task.Activity, outcomeCompleted).Inc()
+		e.metrics.runAhead.WithLabelValues(runAheadMerged).Inc()
+		s.span.SetAttributes(attribute.Int64("durable.run_ahead.seq", ahead.task.Seq))
+	}
+	*w = written{commit: m, ready: ready, err: err, skip: int64(len(s.cmds)) + 1, keep: true, handOff: handOff}
+	return true
 }
 
 // later returns the later of two times.

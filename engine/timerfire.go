@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
@@ -285,12 +284,12 @@ func (e *Engine) observeFire(ctx context.Context, t store.FiredTimer) {
 func (e *Engine) wakeCached(ctx context.Context, x wfexec.Executor, t store.WorkflowTask, seq int64) bool {
 	f := &fusedOutcome{timerSeq: seq, event: history.Event{Attributes: history.TimerFired{Seq: seq}},
 		attrs: []slog.Attr{slog.String("run_id", t.RunID), slog.Int64("timer_seq", seq)}}
-	handled, _, _ := e.stepFused(ctx, x, t, f, func(x wfexec.Executor, _ []history.Attributes, _ []slog.Attr, _ trace.Span, _ int64) (*store.WorkflowTask, bool) {
+	handled, _, _ := e.stepFused(ctx, x, t, f, func(s step) (*store.WorkflowTask, bool) {
 		// A wake whose commands a fused statement does not cover (a child,
 		// a cancellation...) is dropped: the scanner fires the timer and
 		// the run goes on from its history.
-		x.ReleaseLogs(false)
-		x.Close()
+		s.x.ReleaseLogs(false)
+		s.x.Close()
 		return nil, false
 	})
 	return handled

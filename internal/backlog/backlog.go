@@ -1,4 +1,9 @@
-package engine
+// Package backlog keeps, per queue, the activities an engine scheduled but
+// could not hand to a free slot of its own, so that its next claims name
+// them first (their runs are cached there). It is a preference, not a
+// claim: another engine may take them, and an entry whose task is gone is
+// passed over.
+package backlog
 
 import (
 	"slices"
@@ -8,61 +13,64 @@ import (
 	"github.com/durable-go/durable/internal/store"
 )
 
-// backlogMax bounds each queue's backlog; past it the oldest entries go
+// maxEntries bounds each queue's backlog; past it the oldest entries go
 // (their tasks stay in the queue for any worker).
-const backlogMax = 4096
+const maxEntries = 4096
 
-// backlogHold is how long the activities in an engine's backlog are held
-// back from other engines: they are written ready backlogHold after they
-// were scheduled, and this engine's claims, which name them, take them
+// Hold is how long the activities in an engine's backlog are held
+// back from other engines: they are written ready Hold after they
+// were scheduled, and the engine's claims, which name them, take them
 // before that (store.ClaimParams.PreferEarly). An activity that another
 // engine takes finishes where its run is not cached: its outcome is
 // written alone, and the run's next task reads the whole history and
 // replays it, wherever it is claimed. With two engines under load that was
-// one activity in seven (docs/performance.md, history, 2026-12-01 at 1d99ce2). After backlogHold,
+// one activity in seven (docs/performance.md, history, 2026-12-01 at 1d99ce2). After Hold,
 // an engine with a free slot takes them all the same, so a busy or stopped
 // engine's backlog still moves.
-const backlogHold = time.Second
+const Hold = time.Second
 
-// backlogShare makes every backlogShare-th claim that has a backlog take one
+// shareEvery makes every shareEvery-th claim that has a backlog take one
 // of the queue's oldest ready tasks first, so that tasks in no engine's
 // backlog (of a stopped engine, retries, jobs) are not held back by busy
 // engines that always have their own. If there is none, the slot takes a
 // backlog task all the same: it used to be left to the queue, and stayed
 // empty while the backlog was held (docs/performance.md, history, 2026-12-01 at 1d99ce2).
-const backlogShare = 16
+const shareEvery = 16
 
-// activityBacklog is, per queue, the activities this engine scheduled on a
+// Backlog is, per queue, the activities the engine scheduled on a
 // queue it serves but could not hand off for want of a free slot, oldest
-// first. Their runs are cached here, so this engine's claims take them
+// first. Their runs are cached here, so the engine's claims take them
 // before the queue's other tasks: an activity claimed by another engine
 // would finish there, where its run is not cached, and cost a separate
 // outcome write, a claim, a history read and a replay. It is a preference,
 // not a claim: another engine may take them first, and an entry whose task
 // is gone is passed over.
-type activityBacklog struct {
+type Backlog struct {
 	mu     sync.Mutex
-	queues map[string]*queueBacklog
+	queues map[string]*queueEntries
 	// ready, if set, is called with a queue when the activities pushed on
-	// it until backlogHold ago have become ready for every engine: those
+	// it until Hold ago have become ready for every engine: those
 	// whose entries were taken by a claim that did not get them, or dropped,
 	// wait for no one's next poll.
 	ready func(queue string)
 }
 
-type queueBacklog struct {
+type queueEntries struct {
 	keys   []store.ActivityKey
 	claims int  // claims made with entries
-	armed  bool // a timer calls ready within backlogHold
+	armed  bool // a timer calls ready within Hold
 	pushed bool // pushed since the timer was set
 }
 
-func newActivityBacklog() *activityBacklog {
-	return &activityBacklog{queues: map[string]*queueBacklog{}}
+// New returns an empty backlog. ready, if not nil, is called with a queue
+// when the activities pushed on it until Hold ago have become ready for
+// every engine (see Backlog.ready).
+func New(ready func(queue string)) *Backlog {
+	return &Backlog{queues: map[string]*queueEntries{}, ready: ready}
 }
 
-// push adds the run's activities to their queues' backlogs.
-func (b *activityBacklog) push(runID string, acts []store.NewActivityTask) {
+// Push adds the run's activities to their queues' backlogs.
+func (b *Backlog) Push(runID string, acts []store.NewActivityTask) {
 	if len(acts) == 0 {
 		return
 	}
@@ -71,10 +79,10 @@ func (b *activityBacklog) push(runID string, acts []store.NewActivityTask) {
 	for _, a := range acts {
 		q := b.queues[a.Queue]
 		if q == nil {
-			q = &queueBacklog{}
+			q = &queueEntries{}
 			b.queues[a.Queue] = q
 		}
-		if len(q.keys) == backlogMax {
+		if len(q.keys) == maxEntries {
 			q.keys = q.keys[1:]
 		}
 		q.keys = append(q.keys, store.ActivityKey{RunID: runID, Seq: a.Seq})
@@ -86,7 +94,7 @@ func (b *activityBacklog) push(runID string, acts []store.NewActivityTask) {
 		if slices.ContainsFunc(acts[:i], func(o store.NewActivityTask) bool { return o.Queue == a.Queue }) {
 			continue // this push's activities share their queue's timer
 		}
-		// Their hold ends before now+backlogHold: it began when the commit
+		// Their hold ends before now+Hold: it began when the commit
 		// that wrote them was made.
 		if q := b.queues[a.Queue]; q.armed {
 			q.pushed = true
@@ -97,11 +105,11 @@ func (b *activityBacklog) push(runID string, acts []store.NewActivityTask) {
 	}
 }
 
-// armReady calls b.ready for the queue backlogHold from now, and again after
-// each backlogHold in which more was pushed. b.mu is held.
-func (b *activityBacklog) armReady(queue string, q *queueBacklog) {
+// armReady calls b.ready for the queue Hold from now, and again after
+// each Hold in which more was pushed. b.mu is held.
+func (b *Backlog) armReady(queue string, q *queueEntries) {
 	q.pushed = false
-	time.AfterFunc(backlogHold, func() {
+	time.AfterFunc(Hold, func() {
 		b.mu.Lock()
 		if q.pushed {
 			b.armReady(queue, q)
@@ -113,17 +121,17 @@ func (b *activityBacklog) armReady(queue string, q *queueBacklog) {
 	})
 }
 
-// take removes and returns the oldest entries of queue for a claim of n
-// tasks, at most n. Every backlogShare-th time it also says the claim should
+// Take removes and returns the oldest entries of queue for a claim of n
+// tasks, at most n. Every shareEvery-th time it also says the claim should
 // take one of the queue's oldest ready tasks first (store.ClaimParams.OldestFirst).
-func (b *activityBacklog) take(queue string, n int) (keys []store.ActivityKey, share bool) {
-	keys, share, _ = b.takeIfAny(queue, n)
+func (b *Backlog) Take(queue string, n int) (keys []store.ActivityKey, share bool) {
+	keys, share, _ = b.TakeIfAny(queue, n)
 	return keys, share
 }
 
-// takeIfAny is take that also reports whether the queue has a backlog: a
+// TakeIfAny is Take that also reports whether the queue has a backlog: a
 // slot about to become free claims only then.
-func (b *activityBacklog) takeIfAny(queue string, n int) (keys []store.ActivityKey, share, had bool) {
+func (b *Backlog) TakeIfAny(queue string, n int) (keys []store.ActivityKey, share, had bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	q := b.queues[queue]
@@ -131,7 +139,7 @@ func (b *activityBacklog) takeIfAny(queue string, n int) (keys []store.ActivityK
 		return nil, false, false
 	}
 	q.claims++
-	share = q.claims%backlogShare == 0
+	share = q.claims%shareEvery == 0
 	n = min(n, len(q.keys))
 	keys = make([]store.ActivityKey, n)
 	copy(keys, q.keys)
@@ -140,4 +148,14 @@ func (b *activityBacklog) takeIfAny(queue string, n int) (keys []store.ActivityK
 		q.keys = nil // let the array go
 	}
 	return keys, share, true
+}
+
+// Keys returns a copy of queue's entries, oldest first.
+func (b *Backlog) Keys(queue string) []store.ActivityKey {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if q := b.queues[queue]; q != nil {
+		return slices.Clone(q.keys)
+	}
+	return nil
 }

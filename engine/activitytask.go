@@ -16,6 +16,7 @@ import (
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/actctx"
+	"github.com/durable-go/durable/internal/backlog"
 	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/workers"
@@ -28,17 +29,17 @@ func (e *Engine) claimActivityTasks(ctx context.Context, queue string, n int) ([
 	if len(types) == 0 {
 		return nil, nil
 	}
-	keys, share := e.backlog.take(queue, n)
+	keys, share := e.backlog.Take(queue, n)
 	return e.store.ClaimActivityTasks(ctx, e.activityClaim(queue, n, e.dueNow(), types, keys, share))
 }
 
 // activityClaim is this engine's claim of up to n tasks of types on queue
 // at now: first one of the queue's oldest if share, then the backlog's keys
-// (held back from other engines, so taken early: backlogHold), then the
+// (held back from other engines, so taken early: backlog.Hold), then the
 // queue's oldest. keys and share come from the backlog's take.
 func (e *Engine) activityClaim(queue string, n int, now time.Time, types []string, keys []store.ActivityKey, share bool) store.ClaimParams {
 	return store.ClaimParams{Queue: queue, WorkerID: e.opts.WorkerID, Limit: n, Now: now,
-		Types: types, Prefer: keys, PreferEarly: backlogHold, OldestFirst: share}
+		Types: types, Prefer: keys, PreferEarly: backlog.Hold, OldestFirst: share}
 }
 
 // runActivityTask runs one attempt of an activity and records its outcome:
