@@ -190,9 +190,6 @@ func RecordActivityHeartbeat(ctx context.Context, e *Engine, token []byte, detai
 
 // byID names the waiting attempt of activity seq of workflowID's open run.
 func (e *Engine) byID(ctx context.Context, workflowID string, seq int64) (tokenFields, error) {
-	if err := e.needDB(); err != nil {
-		return tokenFields{}, err
-	}
 	r, err := e.store.GetRunByWorkflowID(ctx, workflowID)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -219,9 +216,6 @@ func (e *Engine) byID(ctx context.Context, workflowID string, seq int64) (tokenF
 // ID: runahead.go) may arrive first: its task is waited for, up to
 // scheduleWait.
 func (e *Engine) waiting(ctx context.Context, s store.Store, f tokenFields) (store.PendingActivity, error) {
-	if err := e.needDB(); err != nil {
-		return store.PendingActivity{}, err
-	}
 	deadline := time.Now().Add(scheduleWait)
 	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
 		acts, err := s.ListPendingActivities(ctx, f.RunID)

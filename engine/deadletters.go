@@ -91,9 +91,6 @@ func (f DeadLetterFilter) storeFilter() store.DeadLetterFilter {
 
 // DeadLetters lists dead letters, newest first (at most f.Limit, default 100).
 func (e *Engine) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
-	if err := e.needDB(); err != nil {
-		return nil, err
-	}
 	ds, err := e.store.ListDeadLetters(ctx, f.storeFilter())
 	if err != nil {
 		return nil, err
@@ -107,9 +104,6 @@ func (e *Engine) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLet
 
 // DeadLetter returns one dead letter.
 func (e *Engine) DeadLetter(ctx context.Context, id int64) (DeadLetter, error) {
-	if err := e.needDB(); err != nil {
-		return DeadLetter{}, err
-	}
 	d, err := e.store.GetDeadLetter(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return DeadLetter{}, fmt.Errorf("dead letter %d: %w", id, ErrDeadLetterNotFound)
@@ -137,9 +131,6 @@ type RedriveResult struct {
 // pending job holds (a job with the same JobOptions.Key enqueued since), or a
 // workflow whose ID has an open run. The error names that job or run.
 func (e *Engine) Redrive(ctx context.Context, id int64) (RedriveResult, error) {
-	if err := e.needDB(); err != nil {
-		return RedriveResult{}, err
-	}
 	res, err := e.store.RedriveDeadLetter(ctx, store.RedriveParams{
 		ID: id, Now: e.now(), NewRunID: uuid.NewString(),
 		Task: func(runID string, a history.ActivityScheduled) (store.NewActivityTask, error) {
@@ -195,9 +186,6 @@ func (e *Engine) redriveConflict(ctx context.Context, id int64, res store.Redriv
 // with the count, an error that wraps ErrRedriveConflict and names each one
 // skipped and why. Any other error stops it.
 func (e *Engine) RedriveAll(ctx context.Context, f DeadLetterFilter) (int, error) {
-	if err := e.needDB(); err != nil {
-		return 0, err
-	}
 	f.Pending, f.Limit = true, 100
 	n := 0
 	var skipped []error

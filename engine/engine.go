@@ -410,13 +410,6 @@ func checkName(what, s string, limit int) error {
 	return nil
 }
 
-func (e *Engine) needDB() error {
-	if e.store == nil {
-		return errNoDatabase
-	}
-	return nil
-}
-
 // now is the engine's clock at the database's precision (microseconds). An
 // event's time is what workflow.Now returns while the event is applied: a
 // run that applies an event it wrote (a hand-off, a fused step) must see

@@ -47,9 +47,6 @@ func Enqueue[In, Out any](ctx context.Context, e *Engine, fn func(context.Contex
 }
 
 func enqueue(ctx context.Context, e *Engine, s store.Store, inTx bool, fn any, in any, o JobOptions) (Job, error) {
-	if err := e.needDB(); err != nil {
-		return Job{}, err
-	}
 	name, opts := e.resolveActivity(fn)
 	opts = opts.Merge(o.Activity)
 	if err := opts.Validate(); err != nil {

@@ -54,9 +54,6 @@ func (e *Engine) inTx(tx pgx.Tx) store.Store {
 // inNewTx runs fn with the engine's store bound to a new transaction, which
 // commits if fn returns nil.
 func (e *Engine) inNewTx(ctx context.Context, fn func(s store.Store) error) error {
-	if err := e.needDB(); err != nil {
-		return err
-	}
 	return pgx.BeginFunc(ctx, e.pg.pool, func(tx pgx.Tx) error { return fn(e.inTx(tx)) })
 }
 

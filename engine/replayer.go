@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -60,11 +59,6 @@ func NewReplayer(o ReplayerOptions) (*Replayer, error) {
 	e.nowFunc = opts.osNowFunc // a replay compares no times with a database
 	return &Replayer{e: e}, nil
 }
-
-// errNoDatabase is returned by a replayer's engine for anything that needs
-// the database; a Replayer exposes none of those methods, so a user never
-// sees it.
-var errNoDatabase = errors.New("engine has no database: it can only replay")
 
 func (r *Replayer) registry() *Engine { return r.e }
 

@@ -52,9 +52,6 @@ func (e *Engine) sendToRun(ctx context.Context, s store.Store, inTx bool, workfl
 	if err := checkName("workflow ID", workflowID, maxIDLen); err != nil {
 		return fmt.Errorf("%s: %w", ev.EventType(), err)
 	}
-	if err := e.needDB(); err != nil {
-		return err
-	}
 	ready, err := s.SignalRun(ctx, store.SignalParams{WorkflowID: workflowID, Now: e.now(), Notify: inTx || !e.hub.Active()}, ev)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -119,9 +116,6 @@ func (e *Engine) Terminate(ctx context.Context, workflowID, reason string) error
 	reason, err := checkReason(reason)
 	if err != nil {
 		return fmt.Errorf("terminate workflow %q: %w", workflowID, err)
-	}
-	if err := e.needDB(); err != nil {
-		return err
 	}
 	ready, err := e.store.TerminateRun(ctx, store.TerminateParams{WorkflowID: workflowID, Reason: reason, Now: e.now()})
 	switch {

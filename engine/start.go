@@ -88,9 +88,6 @@ func Start[In, Out any](ctx context.Context, e *Engine, wf func(workflow.Context
 }
 
 func start[Out any](ctx context.Context, e *Engine, s store.Store, inTx bool, wf any, in any, o StartOptions) (*Run[Out], error) {
-	if err := e.needDB(); err != nil {
-		return nil, err
-	}
 	name, queue, err := e.workflowName(wf)
 	if err != nil {
 		return nil, fmt.Errorf("start workflow: %w", err)
@@ -205,9 +202,6 @@ func start[Out any](ctx context.Context, e *Engine, s store.Store, inTx bool, wf
 func GetRun[Out any](ctx context.Context, e *Engine, workflowID string) (*Run[Out], error) {
 	if err := checkName("workflow ID", workflowID, maxIDLen); err != nil {
 		return nil, fmt.Errorf("get run: %w", err)
-	}
-	if err := e.needDB(); err != nil {
-		return nil, err
 	}
 	r, err := e.store.GetRunByWorkflowID(ctx, workflowID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -430,9 +424,6 @@ func (e *Engine) History(ctx context.Context, workflowID string) ([]history.Even
 }
 
 func (e *Engine) describe(ctx context.Context, runID string) (RunInfo, error) {
-	if err := e.needDB(); err != nil {
-		return RunInfo{}, err
-	}
 	r, err := e.store.GetRun(ctx, runID)
 	if errors.Is(err, store.ErrNotFound) {
 		return RunInfo{}, fmt.Errorf("describe run %s: %w", runID, ErrRunNotFound)

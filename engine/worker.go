@@ -36,9 +36,6 @@ import (
 // after shutdown cancelled its attempt, and the store refuses any write
 // of a superseded attempt (fencing, see docs/reliability.md).
 func (e *Engine) Run(ctx context.Context) error {
-	if err := e.needDB(); err != nil {
-		return err
-	}
 	if !e.running.CompareAndSwap(false, true) {
 		return errors.New("engine: Run called while already running")
 	}
