@@ -1,0 +1,154 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/durable-go/durable/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Migration is one versioned, forward-only schema change.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// Migrations returns the embedded migrations in version order.
+func Migrations() []Migration {
+	entries, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		panic(err) // embedded at build time; cannot fail
+	}
+	var ms []Migration
+	for _, e := range entries {
+		name := e.Name()
+		num, _, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			panic("sqlite migration file without a version prefix: " + name)
+		}
+		b, err := migrationFS.ReadFile("migrations/" + name)
+		if err != nil {
+			panic(err)
+		}
+		ms = append(ms, Migration{Version: v, Name: strings.TrimSuffix(name, ".sql"), SQL: string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
+	return ms
+}
+
+// SchemaVersion is the schema version this build needs.
+func SchemaVersion() int {
+	ms := Migrations()
+	return ms[len(ms)-1].Version
+}
+
+// The table that records the applied migrations, as in Postgres.
+const (
+	createMigrationsTableSQL = `
+CREATE TABLE IF NOT EXISTS durable_schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT    NOT NULL,
+    applied_at INTEGER NOT NULL
+)`
+	migrationAppliedSQL     = `SELECT EXISTS (SELECT 1 FROM durable_schema_migrations WHERE version = @version)`
+	recordMigrationSQL      = `INSERT INTO durable_schema_migrations (version, name, applied_at) VALUES (@version, @name, @at)`
+	migrationsTableSQL      = `SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'durable_schema_migrations')`
+	currentVersionSQL       = `SELECT coalesce(max(version), 0) FROM durable_schema_migrations`
+	listAppliedMigrationSQL = `SELECT version, name, applied_at FROM durable_schema_migrations ORDER BY version`
+)
+
+// Migrate implements store.Store: it applies the migrations the file lacks,
+// each in a write transaction of its own that also records it. A write
+// transaction holds the file's write lock, so stores migrating the same
+// file at once (in this process or another) apply each migration once: the
+// others find it recorded. It returns the versions it applied, none when
+// the schema is current.
+func (s *Store) Migrate(ctx context.Context) ([]int, error) {
+	var done []int
+	for _, m := range Migrations() {
+		applied := false
+		err := s.write(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, createMigrationsTableSQL); err != nil {
+				return fmt.Errorf("create durable_schema_migrations: %w", err)
+			}
+			var have bool
+			if err := tx.QueryRowContext(ctx, migrationAppliedSQL, sql.Named("version", m.Version)).Scan(&have); err != nil {
+				return fmt.Errorf("read the applied migrations: %w", err)
+			}
+			if have {
+				return nil
+			}
+			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+				return err
+			}
+			at, err := s.Now(ctx)
+			if err != nil {
+				return err
+			}
+			_, err = tx.ExecContext(ctx, recordMigrationSQL,
+				sql.Named("version", m.Version), sql.Named("name", m.Name), sql.Named("at", micros(at)))
+			applied = err == nil
+			return err
+		})
+		if err != nil {
+			return done, fmt.Errorf("migrate sqlite store %s: apply %s: %w", s.path, m.Name, err)
+		}
+		if applied {
+			done = append(done, m.Version)
+		}
+	}
+	return done, nil
+}
+
+// SchemaVersion implements store.Store: the highest migration applied (0
+// for a file never migrated) and the one this build needs.
+func (s *Store) SchemaVersion(ctx context.Context) (have, want int, err error) {
+	want = SchemaVersion()
+	var exists bool
+	if err := s.r.QueryRowContext(ctx, migrationsTableSQL).Scan(&exists); err != nil || !exists {
+		if err != nil {
+			err = fmt.Errorf("read the schema version: %w", err)
+		}
+		return 0, want, err
+	}
+	if err := s.r.QueryRowContext(ctx, currentVersionSQL).Scan(&have); err != nil {
+		return 0, want, fmt.Errorf("read the schema version: %w", err)
+	}
+	return have, want, nil
+}
+
+// ListAppliedMigrations implements store.Store: the migrations applied, in
+// version order; none for a file never migrated.
+func (s *Store) ListAppliedMigrations(ctx context.Context) ([]store.AppliedMigration, error) {
+	var exists bool
+	if err := s.r.QueryRowContext(ctx, migrationsTableSQL).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("list applied migrations: %w", err)
+	}
+	if !exists {
+		return nil, nil
+	}
+	ms, err := queryAll(ctx, s.r, listAppliedMigrationSQL, func(rows *sql.Rows) (store.AppliedMigration, error) {
+		var (
+			m  store.AppliedMigration
+			at int64
+		)
+		err := rows.Scan(&m.Version, &m.Name, &at)
+		m.AppliedAt = fromMicros(at)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list applied migrations: %w", err)
+	}
+	return ms, nil
+}
