@@ -53,12 +53,28 @@ func Pool(t testing.TB) *pgxpool.Pool {
 // start other processes on it.
 func PoolURL(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
+	return poolURL(t, nil)
+}
+
+// PoolWith is Pool with its configuration changed by configure before the
+// pool connects (a tracer, say).
+func PoolWith(t testing.TB, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	pool, _ := poolURL(t, configure)
+	return pool
+}
+
+func poolURL(t testing.TB, configure func(*pgxpool.Config)) (*pgxpool.Pool, string) {
+	t.Helper()
 	url := Database(t)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatalf("pgtest: parse %s: %v", url, err)
 	}
 	cfg.MaxConns = 20
+	if configure != nil {
+		configure(cfg)
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("pgtest: connect to %s: %v", url, err)

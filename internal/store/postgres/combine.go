@@ -116,7 +116,6 @@ func (s *Store) getRuns(reads []*runRead) {
 			for _, run := range runs {
 				byID[run.RunID] = run
 			}
-			s.merged.Add(int64(len(reads)))
 			for _, r := range reads {
 				run, ok := byID[r.runID]
 				if !ok {

@@ -204,11 +204,6 @@ func (g *grouper) commit(batch []*groupReq) {
 	queueClaims(b, batch)
 	err := g.s.pool.SendBatch(ctx, b).Close()
 	if err == nil {
-		for _, m := range kinds {
-			if n := len(same[m]); n > 1 {
-				g.s.merged.Add(int64(n))
-			}
-		}
 		for _, r := range batch {
 			r.done <- nil
 		}

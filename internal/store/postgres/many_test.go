@@ -24,7 +24,7 @@ import (
 func TestGroupedFusedStepsShareAStatement(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := postgres.New(pgtest.Pool(t))
+	s := postgres.New(pgtest.PoolWith(t, postgres.CountManyWrites))
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	runs, acts := runsWithClaimedActivity(t, s, now, 6)
 	a, b, c, d, e, f := 0, 1, 2, 3, 4, 5
@@ -105,7 +105,7 @@ func TestGroupedFusedStepsShareAStatement(t *testing.T) {
 // second start of one workflow ID, the first's run and ErrConflict.
 func TestGroupedStartsShareAStatement(t *testing.T) {
 	t.Parallel()
-	s := postgres.New(pgtest.Pool(t))
+	s := postgres.New(pgtest.PoolWith(t, postgres.CountManyWrites))
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	fireAt := now.Add(time.Hour)
 	start := func(workflowID string, cmds ...history.Attributes) store.CreateRunParams {
@@ -166,7 +166,7 @@ func TestGroupedStartsShareAStatement(t *testing.T) {
 func TestGroupedStepsShareAStatement(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := postgres.New(pgtest.Pool(t))
+	s := postgres.New(pgtest.PoolWith(t, postgres.CountManyWrites))
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 4 {
 		_, err := s.CreateRun(ctx, store.CreateRunParams{RunID: uuid.NewString(), WorkflowID: fmt.Sprintf("wf-%d", i),
@@ -367,7 +367,7 @@ func TestClaimNextRidesTheGroup(t *testing.T) {
 func TestGroupedWritesNeverGoBackInTime(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := postgres.New(pgtest.Pool(t))
+	s := postgres.New(pgtest.PoolWith(t, postgres.CountManyWrites))
 	ahead := time.Date(2030, 1, 1, 0, 0, 10, 0, time.UTC)
 	behind := ahead.Add(-10 * time.Second)
 	runs, acts := runsWithClaimedActivity(t, s, ahead, 6)

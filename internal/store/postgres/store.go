@@ -36,14 +36,13 @@ type Store struct {
 	group  *atomic.Pointer[grouper]
 	starts *batch.Batcher[*groupReq] // see Batch
 	reads  *batch.Batcher[*runRead]
-	merged *atomic.Int64 // calls done by a statement for many (tests read it)
 }
 
 var _ store.Store = (*Store)(nil)
 
 // New returns a store on pool. It does not migrate; see Migrate.
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{db: pool, pool: pool, group: new(atomic.Pointer[grouper]), merged: new(atomic.Int64)}
+	return &Store{db: pool, pool: pool, group: new(atomic.Pointer[grouper])}
 }
 
 // WithTx returns a store whose writes happen inside tx: they commit or roll
@@ -58,7 +57,7 @@ func (s *Store) WithTx(tx pgx.Tx) *Store {
 // bound to a caller's, a savepoint of it: a transaction of the store's own
 // made its commit durable when it began.
 func (s *Store) in(tx pgx.Tx) *Store {
-	return &Store{db: tx, pool: s.pool, caller: s.caller, group: s.group, starts: s.starts, reads: s.reads, merged: s.merged}
+	return &Store{db: tx, pool: s.pool, caller: s.caller, group: s.group, starts: s.starts, reads: s.reads}
 }
 
 // Pool returns the pool the store was made with.

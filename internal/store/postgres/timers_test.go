@@ -311,7 +311,7 @@ func TestFireTimersHandsOverEveryFiringOfTheRun(t *testing.T) {
 func TestGroupedFusedWakesShareAStatement(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := postgres.New(pgtest.Pool(t))
+	s := postgres.New(pgtest.PoolWith(t, postgres.CountManyWrites))
 	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	due := base.Add(time.Second)
 	due2 := due.Add(time.Second)
