@@ -73,7 +73,7 @@ func TestTraceReportsTheDivergence(t *testing.T) {
 
 func TestCheckOpenRunsGatesADeploy(t *testing.T) {
 	t.Parallel()
-	env := durabletest.New(t, durabletest.Options{ManualClock: true})
+	env := durabletest.New(t, durabletest.Options{Store: durabletest.Postgres, ManualClock: true})
 	require.NoError(t, onboard.Register(env.Engine))
 	env.Run()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -110,7 +110,7 @@ func TestEncryptedRunsReplayWithTheCodec(t *testing.T) {
 	t.Parallel()
 	c, err := codec.AESGCM(bytes.Repeat([]byte{7}, 32))
 	require.NoError(t, err)
-	env := durabletest.New(t, durabletest.Options{ManualClock: true, Engine: engine.Options{Codec: c}})
+	env := durabletest.New(t, durabletest.Options{Store: durabletest.Postgres, ManualClock: true, Engine: engine.Options{Codec: c}})
 	require.NoError(t, onboard.Register(env.Engine))
 	env.Run()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

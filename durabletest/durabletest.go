@@ -16,14 +16,21 @@
 //		res, err := run.Result(ctx)
 //	}
 //
-// The database server comes from DATABASE_URL (default
-// postgres://postgres@127.0.0.1:5432/postgres); each Env gets a fresh
-// database cloned from a migrated template, dropped when the test passes.
+// Each Env has a database of its own. By default it is a SQLite file in the
+// test's temporary directory: nothing to install or run. Options.Store
+// (or the environment variable DURABLE_TEST_STORE) set to "postgres" runs
+// the Env on PostgreSQL instead: a fresh database cloned from a migrated
+// template on DATABASE_URL's server (default
+// postgres://postgres@127.0.0.1:5432/postgres), dropped when the test
+// passes; Env.Pool is then its pool, for tests that look at the tables.
 package durabletest
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -34,6 +41,7 @@ import (
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/store/postgres"
+	"github.com/durable-go/durable/internal/store/sqlite"
 )
 
 // Clock is a settable clock, safe for concurrent use.
@@ -78,14 +86,26 @@ type Options struct {
 	// ManualClock turns time skipping off: the clock moves only by
 	// Env.Advance.
 	ManualClock bool
+	// Store is the database the engine runs on: SQLite (a file in the
+	// test's temporary directory) or Postgres (a fresh database on
+	// DATABASE_URL's server). Default: the environment variable
+	// DURABLE_TEST_STORE ("sqlite" or "postgres"), else SQLite.
+	Store string
 }
+
+// The stores an Env runs on (Options.Store).
+const (
+	SQLite   = "sqlite"
+	Postgres = "postgres"
+)
 
 // Env is a test environment: an engine on its own database, and its clock.
 type Env struct {
 	// Engine is the engine under test. Register workflows and activities on
 	// it, then call Run.
 	Engine *engine.Engine
-	// Pool is the database's pool.
+	// Pool is the database's pool on Postgres (Options.Store), nil on
+	// SQLite.
 	Pool *pgxpool.Pool
 	// Clock is the engine's clock.
 	Clock *Clock
@@ -100,7 +120,9 @@ type Env struct {
 // dropped in t.Cleanup when the test passes.
 func New(t testing.TB, o Options) *Env {
 	t.Helper()
-	pool := pgtest.Pool(t)
+	if o.Store == "" {
+		o.Store = cmp.Or(os.Getenv("DURABLE_TEST_STORE"), SQLite)
+	}
 	if o.Start.IsZero() {
 		o.Start = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
@@ -110,11 +132,31 @@ func New(t testing.TB, o Options) *Env {
 	if eo.Logger == nil {
 		eo.Logger = slog.New(slog.DiscardHandler)
 	}
-	e, err := engine.New(pool, eo)
+	env := &Env{Clock: clock, t: t, opts: o}
+	var err error
+	switch o.Store {
+	case Postgres:
+		env.Pool = pgtest.Pool(t)
+		env.store = postgres.New(env.Pool)
+		env.Engine, err = engine.New(env.Pool, eo)
+	case SQLite:
+		path := filepath.Join(t.TempDir(), "durable.db")
+		env.Engine, err = engine.Open(context.Background(), path, eo)
+		if err == nil {
+			t.Cleanup(func() { env.Engine.Close() }) // after Run's cleanup: cleanups run last first
+			var s *sqlite.Store
+			s, err = sqlite.Open(context.Background(), path)
+			if err == nil {
+				t.Cleanup(func() { s.Close() })
+				env.store = s
+			}
+		}
+	default:
+		t.Fatalf("durabletest: Options.Store (or DURABLE_TEST_STORE) is %q: use %q or %q", o.Store, SQLite, Postgres)
+	}
 	if err != nil {
 		t.Fatalf("durabletest: %v", err)
 	}
-	env := &Env{Engine: e, Pool: pool, Clock: clock, t: t, opts: o, store: postgres.New(pool)}
 	for q := range eo.Queues {
 		env.queues = append(env.queues, q)
 	}

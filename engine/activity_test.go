@@ -112,7 +112,7 @@ func TestExhaustedRetriesDeadLetterThenRedrive(t *testing.T) {
 
 func TestRateLimitedWaitsForRetryAfterWithoutSpendingAttempts(t *testing.T) {
 	t.Parallel()
-	env := durabletest.New(t, durabletest.Options{ManualClock: true})
+	env := durabletest.New(t, durabletest.Options{Store: durabletest.Postgres, ManualClock: true})
 	var calls atomic.Int32
 	limited := func(ctx context.Context, _ int) (int, error) {
 		if calls.Add(1) <= 3 {

@@ -92,7 +92,7 @@ func Echo(_ workflow.Context, s string) (string, error) { return s, nil }
 // queues, signal names, job keys and filters.
 func TestHostileStringsAreParameters(t *testing.T) {
 	t.Parallel()
-	env := durabletest.New(t, durabletest.Options{})
+	env := durabletest.New(t, durabletest.Options{Store: durabletest.Postgres})
 	ctx := resultCtx(t)
 	hostile := []string{
 		`'; DROP TABLE durable_runs; --`, `" OR 1=1 --`, `/* comment */`, `\`, `$1`, `%s%d`,
@@ -134,7 +134,7 @@ func TestHostileStringsAreParameters(t *testing.T) {
 
 func TestCorruptedHistoryFailsThatRunVisibly(t *testing.T) {
 	t.Parallel()
-	env := durabletest.New(t, durabletest.Options{ManualClock: true})
+	env := durabletest.New(t, durabletest.Options{Store: durabletest.Postgres, ManualClock: true})
 	require.NoError(t, engine.RegisterWorkflow(env.Engine, SleepHour, engine.WorkflowOptions{}))
 	env.Run()
 	ctx := resultCtx(t)

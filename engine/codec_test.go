@@ -334,7 +334,7 @@ func (r refusing) Encode(p []byte) ([]byte, error) {
 
 func TestCodecEncodeErrorFailsTheWriteCleanly(t *testing.T) {
 	t.Parallel()
-	env := durabletest.New(t, durabletest.Options{Engine: engine.Options{Codec: refusing{aesCodec(t, 3)}}})
+	env := durabletest.New(t, durabletest.Options{Store: durabletest.Postgres, Engine: engine.Options{Codec: refusing{aesCodec(t, 3)}}})
 	e, pool := env.Engine, env.Pool
 	c := &codecFlows{}
 	c.register(t, e)

@@ -60,7 +60,7 @@ func TestSignalsSentEarlyArriveInOrder(t *testing.T) {
 
 func TestSignalWithStart(t *testing.T) {
 	t.Parallel()
-	env := durabletest.New(t, durabletest.Options{ManualClock: true})
+	env := durabletest.New(t, durabletest.Options{Store: durabletest.Postgres, ManualClock: true})
 	require.NoError(t, engine.RegisterWorkflow(env.Engine, Collect, engine.WorkflowOptions{}))
 	env.Run()
 	ctx := resultCtx(t)
@@ -97,7 +97,7 @@ func (c *cleanup) Hold(ctx workflow.Context, sku string) (string, error) {
 
 func TestCancelRunsCleanupAndEndsCanceled(t *testing.T) {
 	t.Parallel()
-	env := durabletest.New(t, durabletest.Options{ManualClock: true})
+	env := durabletest.New(t, durabletest.Options{Store: durabletest.Postgres, ManualClock: true})
 	c := &cleanup{}
 	require.NoError(t, engine.RegisterWorkflow(env.Engine, c.Hold, engine.WorkflowOptions{Name: "Hold"}))
 	require.NoError(t, engine.RegisterActivity(env.Engine, c.Release, activity.Options{Name: "Release"}))
@@ -172,7 +172,7 @@ func Counter(ctx workflow.Context, n int) (int, error) {
 
 func TestContinueAsNewKeepsHistoryShortAndIDStable(t *testing.T) {
 	t.Parallel()
-	env := durabletest.New(t, durabletest.Options{})
+	env := durabletest.New(t, durabletest.Options{Store: durabletest.Postgres})
 	require.NoError(t, engine.RegisterWorkflow(env.Engine, Counter, engine.WorkflowOptions{}))
 	env.Run()
 	ctx := resultCtx(t)
@@ -217,7 +217,7 @@ func GreetingV2(ctx workflow.Context, name string) (string, error) {
 
 func TestGetVersionKeepsOldRunsOnTheOldBranch(t *testing.T) {
 	t.Parallel()
-	env := durabletest.New(t, durabletest.Options{ManualClock: true})
+	env := durabletest.New(t, durabletest.Options{Store: durabletest.Postgres, ManualClock: true})
 	require.NoError(t, engine.RegisterWorkflow(env.Engine, GreetingV1, engine.WorkflowOptions{Name: "Greeting"}))
 	require.NoError(t, engine.RegisterActivity(env.Engine, Format, activity.Options{}))
 	ctx := resultCtx(t)

@@ -33,6 +33,26 @@ func New(pool *pgxpool.Pool, opts Options) (*Engine, error) {
 	return newOnPool(pool, opts, nil)
 }
 
+// openPostgres returns an engine on a pool of its own on the database at
+// url; Close closes the pool.
+func openPostgres(ctx context.Context, url string, opts Options) (*Engine, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("engine: open: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("engine: open: %w", err)
+	}
+	e, err := New(pool, opts)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	e.close = func() error { pool.Close(); return nil }
+	return e, nil
+}
+
 // newOnPool is New with wrap between the engine and the store (see
 // newEngine).
 func newOnPool(pool *pgxpool.Pool, opts Options, wrap func(store.Store) store.Store) (*Engine, error) {
@@ -46,15 +66,30 @@ func newOnPool(pool *pgxpool.Pool, opts Options, wrap func(store.Store) store.St
 	return newEngine(s, &pgBackend{pool: pool, store: s}, opts, wrap)
 }
 
-// inTx returns the engine's store bound to the caller's transaction tx.
-func (e *Engine) inTx(tx pgx.Tx) store.Store {
-	return e.layered(e.pg.store.WithTx(tx))
+// inTx returns the engine's store bound to the caller's transaction tx, or
+// an error, naming call, if there is no tx or the engine is not on
+// Postgres.
+func (e *Engine) inTx(call string, tx pgx.Tx) (store.Store, error) {
+	switch {
+	case tx == nil:
+		return nil, fmt.Errorf("%s: nil transaction", call)
+	case e.pg == nil:
+		return nil, fmt.Errorf("%s: %w", call, errNotPostgres)
+	}
+	return e.layered(e.pg.store.WithTx(tx)), nil
 }
+
+// errNotPostgres is what a call that takes a pgx.Tx returns on an engine
+// whose store is not PostgreSQL.
+var errNotPostgres = errors.New("this engine's store is SQLite, and the call takes a PostgreSQL transaction (pgx.Tx): open the engine on PostgreSQL, or see docs/stores.md for SQLite's forms")
 
 // inNewTx runs fn with the engine's store bound to a new transaction, which
 // commits if fn returns nil.
 func (e *Engine) inNewTx(ctx context.Context, fn func(s store.Store) error) error {
-	return pgx.BeginFunc(ctx, e.pg.pool, func(tx pgx.Tx) error { return fn(e.inTx(tx)) })
+	if e.pg == nil {
+		return errNotPostgres
+	}
+	return pgx.BeginFunc(ctx, e.pg.pool, func(tx pgx.Tx) error { return fn(e.layered(e.pg.store.WithTx(tx))) })
 }
 
 // StartTx is Start inside the caller's transaction: the run exists if and only
@@ -66,43 +101,47 @@ func (e *Engine) inNewTx(ctx context.Context, fn func(s store.Store) error) erro
 // activity may start as soon as tx commits, and a Postgres crash must not
 // then lose the run. SignalTx and EnqueueTx do the same.
 func StartTx[In, Out any](ctx context.Context, e *Engine, tx pgx.Tx, wf func(workflow.Context, In) (Out, error), in In, o StartOptions) (*Run[Out], error) {
-	if tx == nil {
-		return nil, errors.New("start workflow: nil transaction")
+	s, err := e.inTx("start workflow", tx)
+	if err != nil {
+		return nil, err
 	}
-	return start[Out](ctx, e, e.inTx(tx), true, wf, in, o)
+	return start[Out](ctx, e, s, true, wf, in, o)
 }
 
 // SignalTx is Signal inside the caller's transaction: the signal is sent if
 // and only if tx commits, and its commit waits for the disk (see StartTx).
 func SignalTx[T any](ctx context.Context, e *Engine, tx pgx.Tx, workflowID, name string, v T) error {
-	if tx == nil {
-		return errors.New("signal: nil transaction")
+	s, err := e.inTx("signal", tx)
+	if err != nil {
+		return err
 	}
-	return sendSignal(ctx, e, e.inTx(tx), true, workflowID, name, v)
+	return sendSignal(ctx, e, s, true, workflowID, name, v)
 }
 
 // EnqueueTx is Enqueue inside the caller's transaction: the job exists if and
 // only if tx commits. A job enqueued next to a write that then rolls back is
 // never run. Its commit waits for the disk (see StartTx).
 func EnqueueTx[In, Out any](ctx context.Context, e *Engine, tx pgx.Tx, fn func(context.Context, In) (Out, error), in In, o JobOptions) (Job, error) {
-	if tx == nil {
-		return Job{}, errors.New("enqueue job: nil transaction")
+	s, err := e.inTx("enqueue job", tx)
+	if err != nil {
+		return Job{}, err
 	}
-	return enqueue(ctx, e, e.inTx(tx), true, fn, in, o)
+	return enqueue(ctx, e, s, true, fn, in, o)
 }
 
 // CompleteActivityTx is CompleteActivity inside the caller's transaction:
 // the activity completes if and only if tx commits, and its workflow is
 // woken at the commit.
 func CompleteActivityTx[T any](ctx context.Context, e *Engine, tx pgx.Tx, token []byte, result T) error {
-	if tx == nil {
-		return errors.New("complete activity: nil transaction")
+	s, err := e.inTx("complete activity", tx)
+	if err != nil {
+		return err
 	}
 	f, err := parseToken(token)
 	if err != nil {
 		return fmt.Errorf("complete activity: %w", err)
 	}
-	return completeActivity(ctx, e, e.inTx(tx), true, f, result)
+	return completeActivity(ctx, e, s, true, f, result)
 }
 
 // TxBeginner begins transactions: a *pgxpool.Pool, a *pgx.Conn, or a pgx.Tx

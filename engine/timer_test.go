@@ -52,7 +52,7 @@ func Sleep58Minutes(ctx workflow.Context, _ int) (int, error) {
 
 func TestTimerFiresAfterItsDurationNotBefore(t *testing.T) {
 	t.Parallel()
-	env := durabletest.New(t, durabletest.Options{ManualClock: true})
+	env := durabletest.New(t, durabletest.Options{Store: durabletest.Postgres, ManualClock: true})
 	require.NoError(t, engine.RegisterWorkflow(env.Engine, SleepHour, engine.WorkflowOptions{}))
 	require.NoError(t, engine.RegisterWorkflow(env.Engine, Sleep58Minutes, engine.WorkflowOptions{}))
 	env.Run()
@@ -187,7 +187,7 @@ func TestTimerCreatedWhileEngineDownFiresAfterRestart(t *testing.T) {
 
 func TestTwoEnginesFireEachTimerOnce(t *testing.T) {
 	t.Parallel()
-	env := durabletest.New(t, durabletest.Options{ManualClock: true})
+	env := durabletest.New(t, durabletest.Options{Store: durabletest.Postgres, ManualClock: true})
 	require.NoError(t, engine.RegisterWorkflow(env.Engine, SleepHour, engine.WorkflowOptions{}))
 	ctx := resultCtx(t)
 	const runs = 200

@@ -319,7 +319,7 @@ func TestCrashHalfwayResumesWithoutRepeating(t *testing.T) {
 	t.Parallel()
 	// The first engine polls only "default": without Options.Queues it
 	// would serve "late" too, the queue its registrations name.
-	b := setupWith(t, durabletest.Options{Engine: engine.Options{Queues: map[string]engine.QueueOptions{"default": {}}}})
+	b := setupWith(t, durabletest.Options{Store: durabletest.Postgres, Engine: engine.Options{Queues: map[string]engine.QueueOptions{"default": {}}}})
 	p := plan{Steps: []string{"a", "b", "c"}, FailAt: "c", Late: []string{"a"}}
 
 	ctx1, stop := context.WithCancel(b.ctx)

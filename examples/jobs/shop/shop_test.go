@@ -19,7 +19,7 @@ type bundle struct {
 
 func setup(t *testing.T) bundle {
 	t.Helper()
-	env := durabletest.New(t, durabletest.Options{Engine: engine.Options{Queues: Queues}})
+	env := durabletest.New(t, durabletest.Options{Store: durabletest.Postgres, Engine: engine.Options{Queues: Queues}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	require.NoError(t, Migrate(ctx, env.Pool))
