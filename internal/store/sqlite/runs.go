@@ -185,7 +185,8 @@ func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.
 			return scheduleCommands(ctx, tx, in.RunID, in.Queue, f, &run.Ready)
 		case in.ClaimAs != "":
 			// A hand-off: the starter runs the first task under this claim.
-			run.Token, err = claimedTask(ctx, tx, in.RunID, in.Queue, in.ClaimAs, micros(in.Now.Add(in.Lease)))
+			token, err := claimedTask(ctx, tx, in.RunID, in.Queue, in.ClaimAs, micros(in.Now.Add(in.Lease)))
+			run.Token = token
 			return err
 		default:
 			_, err := readyTask(ctx, tx, in.RunID, in.Queue, micros(laterOf(in.StartAt, in.Now)))

@@ -67,8 +67,11 @@ func TestStoreGroupCommit(t *testing.T) {
 func TestMigrateCreatesTheSchemaOfAFreshFile(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "fresh.db")
+	// A name a URI must escape: the store opens this file, not another.
+	path := filepath.Join(t.TempDir(), "fresh #1?.db")
 	first, second := openAt(t, path), openAt(t, path)
+	_, err := os.Stat(path)
+	require.NoError(t, err, "Open creates the file")
 
 	have, want, err := first.SchemaVersion(ctx)
 	require.NoError(t, err)

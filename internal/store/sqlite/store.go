@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -102,7 +103,14 @@ func dsn(path string, writer bool) string {
 	} else {
 		q.Add("_pragma", "query_only(1)")
 	}
-	u := url.URL{Scheme: "file", Path: path, RawQuery: q.Encode()}
+	// A URI, its path escaped ("?" and "#" may be in a file name) and
+	// written with slashes from the root: file:///C:/dir/file.db on
+	// Windows.
+	p := filepath.ToSlash(path)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	u := url.URL{Scheme: "file", Path: p, RawQuery: q.Encode()}
 	return u.String()
 }
 
@@ -118,7 +126,7 @@ func (s *Store) Close() error {
 }
 
 // errClosed is what a store's Listen returns once the store is closed.
-var errClosed = errors.New("sqlite store closed")
+var errClosed = errors.New("the sqlite store is closed")
 
 // write runs fn in a transaction of the writer, and commits it unless fn
 // returns an error. Transactions begin with BEGIN IMMEDIATE (see dsn), so

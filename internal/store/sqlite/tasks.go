@@ -173,7 +173,7 @@ func checkCommit(in store.CommitWorkflowTaskParams) error {
 		errs = append(errs, checkRunID(n.RunID), checkPayload("input of the continuation", n.Input))
 	}
 	if c := in.Close; c != nil {
-		errs = append(errs, checkText("status", c.Status), checkPayload("result", c.Result))
+		errs = append(errs, checkPayload("result", c.Result))
 	}
 	for _, r := range in.External {
 		errs = append(errs, checkText("workflow ID of an external request", r.WorkflowID, "run ID of an external request", r.RunID))
