@@ -24,6 +24,14 @@
 // engine has committed (an activity's attempt number, its fence, above all)
 // survives a power cut, as with Postgres's synchronous_commit.
 //
+// # Schema
+//
+// The tables are the Postgres store's, durable_* (migrations/), with SQLite's
+// types: TEXT run IDs, INTEGER AUTOINCREMENT task and dead-letter IDs, JSON
+// as TEXT checked with json_valid. There are no foreign keys, as in
+// Postgres (its migration 0003 dropped them): every write that adds a row
+// of a run reads or writes the run in the same transaction.
+//
 // # Time
 //
 // Times are kept as INTEGER microseconds since the Unix epoch (what Postgres
