@@ -581,6 +581,10 @@ func TestExplainAttemptOneAgain(t *testing.T) {
 	droppedLogs, err := readWorkerLogs([]string{dropped})
 	require.NoError(t, err)
 	kill := []Fault{{Kind: FaultKill, PID: 7, At: at.Add(time.Millisecond), Until: at.Add(time.Millisecond)}}
+	// lateKill kills pid 7 two seconds after its attempt: past the
+	// attempt's lease, while its schedule's commit may still be waiting
+	// (a server stop, say).
+	lateKill := []Fault{{Kind: FaultKill, PID: 7, At: at.Add(2 * time.Second), Until: at.Add(2 * time.Second)}}
 	heldBy := func(pid int) *keyFacts { return &keyFacts{holders: map[int]string{1: workerID(0, pid)}} }
 
 	for _, tt := range []struct {
@@ -596,6 +600,10 @@ func TestExplainAttemptOneAgain(t *testing.T) {
 	}{
 		{name: "the first ran ahead, its worker killed", attempts: [2]int{1, 1}, faults: kill, second: 8, facts: heldBy(8), want: "kill"},
 		{name: "the first ran ahead, its schedule dropped", attempts: [2]int{1, 1}, logs: droppedLogs, second: 8, facts: heldBy(8), want: "dropped_ahead"},
+		{name: "the first ran ahead, its worker killed while its schedule's commit waited", attempts: [2]int{1, 1}, faults: lateKill, second: 8,
+			facts: &keyFacts{holders: map[int]string{1: workerID(0, 8)}, scheduled: at.Add(3 * time.Second)}, want: "kill"},
+		{name: "the first ran ahead, its worker killed after the recorded schedule", attempts: [2]int{1, 1}, faults: lateKill, second: 8,
+			facts: &keyFacts{holders: map[int]string{1: workerID(0, 8)}, scheduled: at.Add(time.Second / 2)}, want: ""},
 		{name: "the second ran ahead, its schedule dropped", attempts: [2]int{1, 1}, logs: droppedLogs, first: 8, facts: heldBy(8), want: "dropped_ahead"},
 		{name: "the drop logged by the worker that held attempt 1", attempts: [2]int{1, 1}, logs: droppedLogs, second: 8, facts: heldBy(7), want: ""},
 		{name: "the drop logged, no record of the claim", attempts: [2]int{1, 1}, logs: droppedLogs, second: 8, want: ""},

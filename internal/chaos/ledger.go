@@ -174,7 +174,8 @@ func (c *checker) explain(a, b execution, kf *keyFacts) string {
 // or "": x did not hold attempt 1's claim (another worker held it), or it
 // started before the recorded schedule committed (its effect may land
 // later: a write its worker gave up on can still commit), and its worker
-// logged the drop or had a fault.
+// logged the drop or had a fault before the recorded schedule committed
+// (or within a lease of the attempt).
 func (c *checker) droppedAhead(x execution, kf *keyFacts) string {
 	holder := pidOfWorker(kf.holders[1])
 	if !(holder != 0 && x.pid != holder) && !(!kf.scheduled.IsZero() && x.started.Before(kf.scheduled)) {
@@ -183,7 +184,14 @@ func (c *checker) droppedAhead(x execution, kf *keyFacts) string {
 	if c.logs.droppedAhead[keyAttempt{x.pid, x.key, 1}] {
 		return "dropped_ahead"
 	}
-	return c.faultDuring(x.pid, x.started, x.createdAt.Add(c.lease))
+	// x's own schedule could commit until the recorded one did: a fault
+	// on its worker up to then (its commit waiting out a server stop, say)
+	// is why it did not.
+	until := x.createdAt.Add(c.lease)
+	if s := kf.scheduled.Add(c.lease); s.After(until) {
+		until = s
+	}
+	return c.faultDuring(x.pid, x.started, until)
 }
 
 // faultDuring returns the kind of fault ("kill", "pause", "postgres") that
