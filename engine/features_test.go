@@ -60,7 +60,7 @@ func TestSignalsSentEarlyArriveInOrder(t *testing.T) {
 
 func TestSignalWithStart(t *testing.T) {
 	t.Parallel()
-	env := durabletest.New(t, durabletest.Options{Store: durabletest.Postgres, ManualClock: true})
+	env := durabletest.New(t, durabletest.Options{ManualClock: true})
 	require.NoError(t, engine.RegisterWorkflow(env.Engine, Collect, engine.WorkflowOptions{}))
 	env.Run()
 	ctx := resultCtx(t)

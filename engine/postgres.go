@@ -83,15 +83,6 @@ func (e *Engine) inTx(call string, tx pgx.Tx) (store.Store, error) {
 // whose store is not PostgreSQL.
 var errNotPostgres = errors.New("this engine's store is SQLite, and the call takes a PostgreSQL transaction (pgx.Tx): open the engine on PostgreSQL, or see docs/stores.md for SQLite's forms")
 
-// inNewTx runs fn with the engine's store bound to a new transaction, which
-// commits if fn returns nil.
-func (e *Engine) inNewTx(ctx context.Context, fn func(s store.Store) error) error {
-	if e.pg == nil {
-		return errNotPostgres
-	}
-	return pgx.BeginFunc(ctx, e.pg.pool, func(tx pgx.Tx) error { return fn(e.layered(e.pg.store.WithTx(tx))) })
-}
-
 // StartTx is Start inside the caller's transaction: the run exists if and only
 // if tx commits. Use it to start a workflow together with the rows that call
 // for it (the transactional outbox, built in).

@@ -78,7 +78,7 @@ func SignalWithStart[In, Out, T any](ctx context.Context, e *Engine, wf func(wor
 	}
 	o.RejectIfRunning = false
 	var r *Run[Out]
-	err := e.inNewTx(ctx, func(s store.Store) error {
+	err := e.store.InTx(ctx, func(s store.Store) error {
 		var err error
 		if r, err = start[Out](ctx, e, s, true, wf, in, o); err != nil {
 			return err

@@ -736,6 +736,13 @@ type Store interface {
 	// stop that does nothing.
 	StartGroupCommit(flushers, max int) (stop func())
 
+	// InTx runs fn with a store whose calls all happen in one new
+	// transaction, which commits if fn returns nil and rolls back
+	// otherwise: fn's writes take effect together or not at all (a start
+	// and a signal, say). Writes inside announce themselves at the commit
+	// only if their parameters ask for it (Notify).
+	InTx(ctx context.Context, fn func(s Store) error) error
+
 	// Now reads the database's clock: the clock leases and timers are due
 	// by, shared by every engine.
 	Now(ctx context.Context) (time.Time, error)

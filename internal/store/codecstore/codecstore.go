@@ -47,6 +47,12 @@ func New(s store.Store, c codec.PayloadCodec, log *slog.Logger) store.Store {
 	return Store{Store: s, c: c, log: log}
 }
 
+// InTx gives fn the transaction's store with payloads passed through the
+// codec, as every other call.
+func (s Store) InTx(ctx context.Context, fn func(store.Store) error) error {
+	return s.Store.InTx(ctx, func(in store.Store) error { return fn(Store{Store: in, c: s.c, log: s.log}) })
+}
+
 func (s Store) encode(p json.RawMessage) (json.RawMessage, error) {
 	return codec.Wrap(s.c, p)
 }

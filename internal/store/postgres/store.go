@@ -53,6 +53,12 @@ func (s *Store) WithTx(tx pgx.Tx) *Store {
 	return in
 }
 
+// InTx implements store.Store: fn's calls run in one transaction of
+// their own, as a caller's (WithTx).
+func (s *Store) InTx(ctx context.Context, fn func(store.Store) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(s.WithTx(tx)) })
+}
+
 // in returns s bound to tx, a transaction of s's own (inTx) or, in a store
 // bound to a caller's, a savepoint of it: a transaction of the store's own
 // made its commit durable when it began.

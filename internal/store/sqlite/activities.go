@@ -326,7 +326,7 @@ func (s *Store) NextDue(ctx context.Context, kind, queue string) (time.Time, boo
 		query = nextWorkflowDueSQL
 	}
 	var at int64
-	switch err := s.r.QueryRowContext(ctx, query, sql.Named("queue", queue)).Scan(&at); {
+	switch err := s.reader().QueryRowContext(ctx, query, sql.Named("queue", queue)).Scan(&at); {
 	case errors.Is(err, sql.ErrNoRows):
 		return time.Time{}, false, nil
 	case err != nil:
@@ -465,7 +465,7 @@ LIMIT @limit`
 
 // UnstartedActivities implements store.Store.
 func (s *Store) UnstartedActivities(ctx context.Context, now time.Time, limit int) ([]store.ActivityTask, error) {
-	tasks, err := queryAll(ctx, s.r, unstartedActivitiesSQL, func(rows *sql.Rows) (store.ActivityTask, error) {
+	tasks, err := queryAll(ctx, s.reader(), unstartedActivitiesSQL, func(rows *sql.Rows) (store.ActivityTask, error) {
 		var (
 			t                    store.ActivityTask
 			options              []byte

@@ -33,7 +33,7 @@ func (s *Store) ListRuns(ctx context.Context, in store.ListRunsParams) ([]store.
 	if !in.Since.IsZero() {
 		since = micros(in.Since)
 	}
-	runs, err := queryAll(ctx, s.r, listRunsSQL, func(rows *sql.Rows) (store.RunSummary, error) {
+	runs, err := queryAll(ctx, s.reader(), listRunsSQL, func(rows *sql.Rows) (store.RunSummary, error) {
 		var (
 			r       store.RunSummary
 			created int64
@@ -59,7 +59,7 @@ ORDER BY seq, id`
 
 // ListPendingActivities implements store.Store.
 func (s *Store) ListPendingActivities(ctx context.Context, runID string) ([]store.PendingActivity, error) {
-	acts, err := queryAll(ctx, s.r, listPendingActivitiesSQL, func(rows *sql.Rows) (store.PendingActivity, error) {
+	acts, err := queryAll(ctx, s.reader(), listPendingActivitiesSQL, func(rows *sql.Rows) (store.PendingActivity, error) {
 		var (
 			a                              store.PendingActivity
 			attempts, maxAttempts, limited int64
@@ -84,7 +84,7 @@ const listPendingTimersSQL = `SELECT seq, fire_at FROM durable_timers WHERE run_
 
 // ListPendingTimers implements store.Store.
 func (s *Store) ListPendingTimers(ctx context.Context, runID string) ([]store.PendingTimer, error) {
-	timers, err := queryAll(ctx, s.r, listPendingTimersSQL, func(rows *sql.Rows) (store.PendingTimer, error) {
+	timers, err := queryAll(ctx, s.reader(), listPendingTimersSQL, func(rows *sql.Rows) (store.PendingTimer, error) {
 		var (
 			t  store.PendingTimer
 			at int64
@@ -145,7 +145,7 @@ ORDER BY q.queue`
 
 // QueueStats implements store.Store.
 func (s *Store) QueueStats(ctx context.Context, now time.Time) ([]store.QueueStats, error) {
-	stats, err := queryAll(ctx, s.r, queueStatsSQL, func(rows *sql.Rows) (store.QueueStats, error) {
+	stats, err := queryAll(ctx, s.reader(), queueStatsSQL, func(rows *sql.Rows) (store.QueueStats, error) {
 		var (
 			q                          store.QueueStats
 			wReady, wRunning, wWaiting int64
@@ -175,7 +175,7 @@ ORDER BY k.kind`
 
 // DeadLetterStats implements store.Store.
 func (s *Store) DeadLetterStats(ctx context.Context) ([]store.DeadLetterStats, error) {
-	stats, err := queryAll(ctx, s.r, deadLetterStatsSQL, func(rows *sql.Rows) (store.DeadLetterStats, error) {
+	stats, err := queryAll(ctx, s.reader(), deadLetterStatsSQL, func(rows *sql.Rows) (store.DeadLetterStats, error) {
 		var (
 			d       store.DeadLetterStats
 			pending int64
@@ -238,7 +238,7 @@ func (s *Store) ActivityStats(ctx context.Context, in store.ActivityStatsParams)
 	}
 	byActivity := map[string]*times{}
 	read, oldest := 0, int64(math.MaxInt64)
-	rows, err := s.r.QueryContext(ctx, activityEndsSQL, sql.Named("since", micros(in.Since)), sql.Named("limit", in.Limit))
+	rows, err := s.reader().QueryContext(ctx, activityEndsSQL, sql.Named("since", micros(in.Since)), sql.Named("limit", in.Limit))
 	if err != nil {
 		return store.ActivityReport{}, fmt.Errorf("activity stats: %w", err)
 	}
@@ -321,7 +321,7 @@ ORDER BY id`
 
 // ListPendingDeadLetterIDs implements store.Store.
 func (s *Store) ListPendingDeadLetterIDs(ctx context.Context, kind, typ string) ([]int64, error) {
-	ids, err := queryAll(ctx, s.r, listPendingDeadLetterIDsSQL, scanID, sql.Named("kind", kind), sql.Named("type", typ))
+	ids, err := queryAll(ctx, s.reader(), listPendingDeadLetterIDsSQL, scanID, sql.Named("kind", kind), sql.Named("type", typ))
 	if err != nil {
 		return nil, fmt.Errorf("list pending dead letters: %w", err)
 	}
@@ -343,7 +343,7 @@ func (s *Store) IdleUntil(ctx context.Context, now time.Time) (time.Time, bool, 
 		busy bool
 		dues [3]sql.NullInt64
 	)
-	if err := s.r.QueryRowContext(ctx, idleUntilSQL, sql.Named("now", micros(now))).Scan(&busy, &dues[0], &dues[1], &dues[2]); err != nil {
+	if err := s.reader().QueryRowContext(ctx, idleUntilSQL, sql.Named("now", micros(now))).Scan(&busy, &dues[0], &dues[1], &dues[2]); err != nil {
 		return time.Time{}, false, fmt.Errorf("read when the store is idle until: %w", err)
 	}
 	if busy {

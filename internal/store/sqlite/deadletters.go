@@ -48,7 +48,7 @@ func (s *Store) ListDeadLetters(ctx context.Context, f store.DeadLetterFilter) (
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	ds, err := queryAll(ctx, s.r, listDeadLettersSQL, func(rows *sql.Rows) (store.DeadLetter, error) { return scanDeadLetter(rows) },
+	ds, err := queryAll(ctx, s.reader(), listDeadLettersSQL, func(rows *sql.Rows) (store.DeadLetter, error) { return scanDeadLetter(rows) },
 		sql.Named("kind", f.Kind), sql.Named("type", f.Type), sql.Named("pending", f.Pending), sql.Named("before", f.BeforeID),
 		sql.Named("limit", f.Limit))
 	if err != nil {
@@ -59,7 +59,7 @@ func (s *Store) ListDeadLetters(ctx context.Context, f store.DeadLetterFilter) (
 
 // GetDeadLetter implements store.Store.
 func (s *Store) GetDeadLetter(ctx context.Context, id int64) (store.DeadLetter, error) {
-	return getDeadLetter(ctx, s.r, id)
+	return getDeadLetter(ctx, s.reader(), id)
 }
 
 // getDeadLetter reads dead letter id, or returns store.ErrNotFound.

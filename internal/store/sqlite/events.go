@@ -48,7 +48,7 @@ func eventTypes(events []history.Attributes) []string {
 
 // ListEvents implements store.Store.
 func (s *Store) ListEvents(ctx context.Context, runID string, afterID int64) ([]history.Event, error) {
-	events, err := listEvents(ctx, s.r, runID, afterID)
+	events, err := listEvents(ctx, s.reader(), runID, afterID)
 	if err != nil {
 		return nil, fmt.Errorf("list events of run %s: %w", runID, err)
 	}
@@ -75,7 +75,7 @@ func (s *Store) ListEventsOfRuns(ctx context.Context, runIDs []string) (map[stri
 	if len(runIDs) == 0 {
 		return byRun, nil
 	}
-	rows, err := s.r.QueryContext(ctx, listEventsOfRunsSQL, sql.Named("ids", jsonList(runIDs)))
+	rows, err := s.reader().QueryContext(ctx, listEventsOfRunsSQL, sql.Named("ids", jsonList(runIDs)))
 	if err != nil {
 		return nil, fmt.Errorf("list events of %d runs: %w", len(runIDs), err)
 	}

@@ -116,13 +116,13 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 func (s *Store) SchemaVersion(ctx context.Context) (have, want int, err error) {
 	want = SchemaVersion()
 	var exists bool
-	if err := s.r.QueryRowContext(ctx, migrationsTableSQL).Scan(&exists); err != nil || !exists {
+	if err := s.reader().QueryRowContext(ctx, migrationsTableSQL).Scan(&exists); err != nil || !exists {
 		if err != nil {
 			err = fmt.Errorf("read the schema version: %w", err)
 		}
 		return 0, want, err
 	}
-	if err := s.r.QueryRowContext(ctx, currentVersionSQL).Scan(&have); err != nil {
+	if err := s.reader().QueryRowContext(ctx, currentVersionSQL).Scan(&have); err != nil {
 		return 0, want, fmt.Errorf("read the schema version: %w", err)
 	}
 	return have, want, nil
@@ -132,13 +132,13 @@ func (s *Store) SchemaVersion(ctx context.Context) (have, want int, err error) {
 // version order; none for a file never migrated.
 func (s *Store) ListAppliedMigrations(ctx context.Context) ([]store.AppliedMigration, error) {
 	var exists bool
-	if err := s.r.QueryRowContext(ctx, migrationsTableSQL).Scan(&exists); err != nil {
+	if err := s.reader().QueryRowContext(ctx, migrationsTableSQL).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("list applied migrations: %w", err)
 	}
 	if !exists {
 		return nil, nil
 	}
-	ms, err := queryAll(ctx, s.r, listAppliedMigrationSQL, func(rows *sql.Rows) (store.AppliedMigration, error) {
+	ms, err := queryAll(ctx, s.reader(), listAppliedMigrationSQL, func(rows *sql.Rows) (store.AppliedMigration, error) {
 		var (
 			m  store.AppliedMigration
 			at int64

@@ -153,7 +153,7 @@ func (s *Store) announce(kind store.NoteKind, queues []string) {
 	for i, q := range queues {
 		notes[i] = store.Note{Kind: kind, Queue: q}
 	}
-	s.notes.send(notes)
+	s.send(notes)
 }
 
 // Listen implements store.Store. It listens at once, calls onListen and

@@ -202,7 +202,7 @@ func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.
 	if in.First != nil {
 		run.Ready = handedOff(*in.First, run.Ready)
 	} else if in.Notify {
-		s.notes.send([]store.Note{{Kind: store.NoteWorkflowTasks, Queue: in.Queue}})
+		s.send([]store.Note{{Kind: store.NoteWorkflowTasks, Queue: in.Queue}})
 	}
 	return run, nil
 }
@@ -226,12 +226,12 @@ ORDER BY r.created_at DESC, r.status = 'running' DESC, r.status = 'continued_as_
 
 // GetRun implements store.Store.
 func (s *Store) GetRun(ctx context.Context, runID string) (store.Run, error) {
-	return getRun(ctx, s.r, getRunSQL, runID)
+	return getRun(ctx, s.reader(), getRunSQL, runID)
 }
 
 // GetRunByWorkflowID implements store.Store.
 func (s *Store) GetRunByWorkflowID(ctx context.Context, workflowID string) (store.Run, error) {
-	return getRun(ctx, s.r, getLatestSQL, workflowID)
+	return getRun(ctx, s.reader(), getLatestSQL, workflowID)
 }
 
 // getRun reads the run that query finds by key, or returns
@@ -296,7 +296,7 @@ func (s *Store) NotRunning(ctx context.Context, runIDs []string) ([]string, erro
 	if len(runIDs) == 0 {
 		return nil, nil
 	}
-	gone, err := queryAll(ctx, s.r, notRunningSQL, func(rows *sql.Rows) (id string, err error) {
+	gone, err := queryAll(ctx, s.reader(), notRunningSQL, func(rows *sql.Rows) (id string, err error) {
 		err = rows.Scan(&id)
 		return id, err
 	}, sql.Named("ids", jsonList(runIDs)))

@@ -27,6 +27,11 @@ type Store struct {
 	// (see notes.go).
 	path  string
 	notes *noteHub
+	// tx, if set, is the transaction of an InTx call this store is bound
+	// to: its writes are savepoints of it, its reads go through it, and
+	// the notes its writes send wait in held until it commits.
+	tx   *sql.Tx
+	held *[]store.Note
 	// done is closed by Close: it ends the store's Listen calls.
 	done      chan struct{}
 	closeOnce sync.Once
@@ -133,6 +138,9 @@ var errClosed = errors.New("the sqlite store is closed")
 // fn runs alone: no other transaction writes until it ends, in this process
 // or another on the same file.
 func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if s.tx != nil {
+		return savepoint(ctx, s.tx, fn)
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin a write: %w", err)
@@ -145,6 +153,61 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
+}
+
+// savepoint runs fn in a savepoint of tx: its writes are undone if it
+// fails, as a write of its own would be, and the transaction goes on.
+func savepoint(ctx context.Context, tx *sql.Tx, fn func(tx *sql.Tx) error) error {
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT durable_call"); err != nil {
+		return fmt.Errorf("begin a write: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_, _ = tx.ExecContext(ctx, "ROLLBACK TO durable_call") // fn's error says what went wrong; the transaction's end undoes the rest
+		_, _ = tx.ExecContext(ctx, "RELEASE durable_call")
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "RELEASE durable_call"); err != nil {
+		return fmt.Errorf("end a write: %w", err)
+	}
+	return nil
+}
+
+// InTx implements store.Store. fn's calls run in one write transaction of
+// the writer connection, each call a savepoint of it (all or nothing, as
+// alone), and the notes their writes send go out once it commits. fn must
+// call the store it is given: a write through s itself would wait for the
+// writer connection, which fn's transaction holds, until ctx ends.
+func (s *Store) InTx(ctx context.Context, fn func(store.Store) error) error {
+	if s.tx != nil {
+		return fn(s) // already in one: fn's calls are savepoints of it
+	}
+	var held []store.Note
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		return fn(&Store{w: s.w, r: s.r, path: s.path, notes: s.notes, done: s.done, tx: tx, held: &held})
+	})
+	if err == nil && len(held) > 0 {
+		s.notes.send(held)
+	}
+	return err
+}
+
+// reader returns what reads go through: the store's transaction if it is
+// bound to one (they then see its writes), else the reader pool.
+func (s *Store) reader() querier {
+	if s.tx != nil {
+		return s.tx
+	}
+	return s.r
+}
+
+// send sends notes to the file's listeners now, or, in a transaction, once
+// it commits.
+func (s *Store) send(notes []store.Note) {
+	if s.held != nil {
+		*s.held = append(*s.held, notes...)
+		return
+	}
+	s.notes.send(notes)
 }
 
 // querier is what both the reader pool and a transaction offer.

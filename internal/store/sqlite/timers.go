@@ -147,7 +147,7 @@ func (s *Store) FireTimers(ctx context.Context, in store.FireTimersParams) (stor
 // NextTimer implements store.Store.
 func (s *Store) NextTimer(ctx context.Context, skip []string) (time.Time, bool, error) {
 	var at int64
-	switch err := s.r.QueryRowContext(ctx, nextTimerSQL, sql.Named("skip", jsonList(skip))).Scan(&at); {
+	switch err := s.reader().QueryRowContext(ctx, nextTimerSQL, sql.Named("skip", jsonList(skip))).Scan(&at); {
 	case errors.Is(err, sql.ErrNoRows):
 		return time.Time{}, false, nil
 	case err != nil:

@@ -56,6 +56,9 @@ var cases = []struct {
 	{"RunWaiterSaysWhoWaitsForTheClose", testRunWaiterSaysWhoWaitsForTheClose},
 	{"NotRunningNamesClosedAndUnknownRuns", testNotRunningNamesClosedAndUnknownRuns},
 
+	// intx.go
+	{"InTxCommitsAllOrNothing", testInTxCommitsAllOrNothing},
+
 	// eventtimes.go
 	{"EventTimesNeverGoBack", testEventTimesNeverGoBack},
 
