@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -76,4 +78,27 @@ func parseDSN(dsn string) (kind, target string, err error) {
 		return "", "", fmt.Errorf("engine: open %q: no file path after the scheme", dsn)
 	}
 	return storeSQLite, path, nil
+}
+
+// DefaultDSN is where a program with no database of its own keeps its
+// runs: $DATABASE_URL if it is set, else the development SQLite file
+// (DevDatabase). The examples and the durable CLI use it, so that they
+// see the same runs; pass it to Open.
+func DefaultDSN() string {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u
+	}
+	return DevDatabase()
+}
+
+// DevDatabase is the path of the development SQLite file: durable/dev.db
+// under the user's cache directory (~/.cache on Linux, ~/Library/Caches on
+// macOS, %LocalAppData% on Windows), or under the temporary directory if
+// there is none. It holds development runs only: delete it to start over.
+func DevDatabase() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, "durable", "dev.db")
 }

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/durable-go/durable/internal/store/sqlite"
 )
@@ -11,8 +13,11 @@ import (
 // SQLite. Open calls openSQLite for a file path.
 
 // openSQLite returns an engine on the SQLite file at path, created if need
-// be; Close closes the file.
+// be (and its directory); Close closes the file.
 func openSQLite(ctx context.Context, path string, opts Options) (*Engine, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("engine: create the SQLite file's directory: %w", err)
+	}
 	s, err := sqlite.Open(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
