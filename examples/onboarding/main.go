@@ -1,11 +1,13 @@
-// Command onboarding runs the seed article's onboarding workflow against
-// PostgreSQL: charge the card, provision the account, send the welcome email,
-// sleep a week (durably), check that setup was completed and nudge if not.
+// Command onboarding runs the seed article's onboarding workflow: charge the
+// card, provision the account, send the welcome email, sleep a week
+// (durably), check that setup was completed and nudge if not.
 //
 //	go run ./examples/onboarding -week 3s
 //
-// Stop it with Ctrl-C while it sleeps and run it again with the same -email:
-// the same run resumes, and no completed step runs again.
+// Its database is -db, else $DATABASE_URL, else the development SQLite file
+// (engine.DevDatabase): nothing to install. Stop it with Ctrl-C while it
+// sleeps and run it again with the same -email: the same run resumes, and
+// no completed step runs again.
 package main
 
 import (
@@ -15,11 +17,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable/durablecli"
 	"github.com/durable-go/durable/engine"
@@ -43,7 +45,7 @@ func main() {
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("onboarding", flag.ContinueOnError)
 	fs.SetOutput(out)
-	db := fs.String("db", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"), "PostgreSQL URL")
+	db := fs.String("db", engine.DefaultDSN(), "database: a postgres:// URL, or a SQLite file path (default $DATABASE_URL, else "+engine.DevDatabase()+")")
 	week := fs.Duration("week", 7*24*time.Hour, "how long a week lasts: the wait before the setup check")
 	email := fs.String("email", "ada@example.com", "the customer's email; it names the workflow")
 	completed := fs.Bool("completed", false, "whether the customer completes setup during the week")
@@ -52,18 +54,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	onboard.Configure(out, *completed)
 
-	pool, err := pgxpool.New(ctx, *db)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	eng, err := engine.New(pool, engine.Options{
+	eng, err := engine.Open(ctx, *db, engine.Options{
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		PollInterval: time.Second,
 	})
 	if err != nil {
 		return err
 	}
+	defer eng.Close()
+	fmt.Fprintf(out, "database: %s\n", describeDB(*db))
 	if err := onboard.Register(eng); err != nil {
 		return err
 	}
@@ -109,7 +108,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			fmt.Fprintf(out, "done: account %s, payment %s, nudged %v\n", res.AccountID, res.PaymentID, res.Nudged)
 			return nil
 		case <-tick.C:
-			if line := status(ctx, pool, r.RunID); line != "" {
+			if line := status(ctx, eng, r.WorkflowID); line != "" {
 				fmt.Fprintln(out, line)
 			}
 		}
@@ -117,19 +116,21 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 }
 
 // status describes a waiting run: the timer it sleeps on, if any.
-func status(ctx context.Context, pool *pgxpool.Pool, runID string) string {
-	var fireAt time.Time
-	err := pool.QueryRow(ctx, `SELECT fire_at FROM durable_timers WHERE run_id = $1 ORDER BY fire_at LIMIT 1`, runID).Scan(&fireAt)
-	if err != nil {
+func status(ctx context.Context, eng *engine.Engine, workflowID string) string {
+	info, err := eng.Describe(ctx, workflowID)
+	if err != nil || len(info.PendingTimers) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("  ... sleeping durably, %s left (a timer row in Postgres; Ctrl-C and run again to resume)",
-		time.Until(fireAt).Round(time.Second))
+	return fmt.Sprintf("  ... sleeping durably, %s left (a timer row in the database; Ctrl-C and run again to resume)",
+		time.Until(info.PendingTimers[0].FireAt).Round(time.Second))
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
+// describeDB names the database for the first line of output: a SQLite
+// file's path, or a Postgres URL without its password.
+func describeDB(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return "SQLite file " + strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite:"), "file:") + " (set -db or DATABASE_URL to a postgres:// URL for PostgreSQL)"
 	}
-	return def
+	return "PostgreSQL " + u.Redacted()
 }

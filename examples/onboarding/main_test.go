@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -18,7 +19,8 @@ import (
 func steps(out string) []string {
 	var s []string
 	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) > 0 && !strings.HasPrefix(line, "started") && !strings.HasPrefix(line, "done") && !strings.HasPrefix(f[0], "...") {
+		if f := strings.Fields(line); len(f) > 0 && !strings.HasPrefix(line, "started") && !strings.HasPrefix(line, "done") &&
+			!strings.HasPrefix(line, "database:") && !strings.HasPrefix(line, "resuming") && !strings.HasPrefix(line, "stopped") && !strings.HasPrefix(f[0], "...") {
 			s = append(s, f[0])
 		}
 	}
@@ -54,4 +56,36 @@ func newPool(t *testing.T, url string) *pgxpool.Pool {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// On a SQLite file (the default when DATABASE_URL is unset), the program
+// runs the flow; stopped while the run sleeps out its week and started
+// again, it resumes the same run, and no completed step runs again.
+//
+// Not parallel: onboard.Configure sets where every run's steps print, and
+// another test's would print here.
+func TestOnboardingOnSQLiteResumesAfterAStop(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "dev.db")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	first := &syncbuf.Buffer{}
+	ctx1, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx1, []string{"-db", db, "-week", "4s", "-email", "linus@example.com"}, first) }()
+	require.Eventually(t, func() bool { return strings.Contains(first.String(), "sleeping durably") },
+		30*time.Second, 10*time.Millisecond, "the run sleeps out its week")
+	stop()
+	require.NoError(t, <-done)
+	require.Contains(t, first.String(), "database: SQLite file "+db)
+	require.Contains(t, first.String(), "started workflow onboard:linus@example.com")
+	require.Contains(t, first.String(), "stopped; run again")
+	require.Equal(t, []string{"ChargeCard", "ProvisionAccount", "SendWelcomeEmail"}, steps(first.String()))
+
+	second := &syncbuf.Buffer{}
+	require.NoError(t, run(ctx, []string{"-db", db, "-week", "4s", "-email", "linus@example.com"}, second))
+	got := second.String()
+	require.Contains(t, got, "resuming workflow onboard:linus@example.com")
+	require.Equal(t, []string{"HasCompletedSetup", "SendNudgeEmail"}, steps(got), "only the steps after the sleep")
+	require.Regexp(t, regexp.MustCompile(`done: account acct_[0-9a-f]{8}, payment pay_[0-9a-f]{8}, nudged true`), got)
 }
