@@ -1,5 +1,5 @@
-// Command ordersaga places an order as a saga against PostgreSQL: reserve the
-// inventory, charge the payment, ship. When shipping fails for good, the
+// Command ordersaga places an order as a saga: reserve the inventory, charge
+// the payment, ship. When shipping fails for good, the
 // payment is refunded and the inventory released, in that order.
 //
 //	go run ./examples/ordersaga                    # ships
@@ -12,6 +12,9 @@
 // again: the run resumes, the compensations that completed are not run
 // again, and the step the crashed process had claimed runs once its lease
 // (3s) has run out.
+//
+// Its database is -db, else $DATABASE_URL, else the development SQLite file
+// (engine.DevDatabase).
 package main
 
 import (
@@ -24,8 +27,6 @@ import (
 	"os"
 	"os/signal"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable/durablecli"
 	"github.com/durable-go/durable/engine"
@@ -50,7 +51,7 @@ func main() {
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("ordersaga", flag.ContinueOnError)
 	fs.SetOutput(out)
-	db := fs.String("db", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"), "PostgreSQL URL")
+	db := fs.String("db", engine.DefaultDSN(), "database: a postgres:// URL, or a SQLite file path (default $DATABASE_URL, else "+engine.DevDatabase()+")")
 	id := fs.String("order", "A-1001", "the order's ID; it names the workflow, so running again with it resumes that order")
 	failShip := fs.Bool("fail-ship", false, "ship to a country the carrier does not serve: shipping fails for good and the order is compensated")
 	crashAfter := fs.Int("crash-after", 0, "exit with status 3 right after the Nth compensation completed (implies -fail-ship)")
@@ -61,18 +62,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("-crash-after %d: want 1 or 2, the number of compensations to complete before the crash", *crashAfter)
 	}
 
-	pool, err := pgxpool.New(ctx, *db)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	eng, err := engine.New(pool, engine.Options{
+	eng, err := engine.Open(ctx, *db, engine.Options{
 		Logger:       slog.New(slog.DiscardHandler),
 		PollInterval: time.Second,
 	})
 	if err != nil {
 		return err
 	}
+	defer eng.Close()
 	if err := checkout.Register(eng, &checkout.Activities{Out: out, CrashAfter: *crashAfter}); err != nil {
 		return err
 	}
@@ -161,11 +158,4 @@ func printDeadLetter(ctx context.Context, out io.Writer, eng *engine.Engine, run
 		}
 	}
 	return nil
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }

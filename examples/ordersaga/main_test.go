@@ -3,16 +3,17 @@ package main
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/durable-go/durable/engine"
+	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/syncbuf"
 )
@@ -29,36 +30,38 @@ func did(out, act string) int {
 	return n
 }
 
-// completions counts, per activity, the ActivityCompleted events of every
-// run of the workflow.
-func completions(ctx context.Context, t *testing.T, pool *pgxpool.Pool, workflowID string) map[string]int {
+// recorded reads, through an engine on the database dsn, the status of
+// the workflow's run and, per activity, its ActivityCompleted events.
+func recorded(ctx context.Context, t *testing.T, dsn, workflowID string) (status string, counts map[string]int) {
 	t.Helper()
-	rows, err := pool.Query(ctx, `
-		SELECT s.attributes->>'activity', count(*)::int
-		FROM durable_runs r
-		JOIN durable_events c ON c.run_id = r.run_id AND c.type = 'activity_completed'
-		JOIN durable_events s ON s.run_id = r.run_id AND s.type = 'activity_scheduled'
-		                     AND s.attributes->'seq' = c.attributes->'seq'
-		WHERE r.workflow_id = $1
-		GROUP BY 1`, workflowID)
+	e, err := engine.Open(ctx, dsn, engine.Options{SkipMigrate: true, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	counts := map[string]int{}
-	var act string
-	var n int
-	_, err = pgx.ForEachRow(rows, []any{&act, &n}, func() error {
-		counts[act] = n
-		return nil
-	})
+	defer e.Close()
+	info, err := e.Describe(ctx, workflowID)
 	require.NoError(t, err)
-	return counts
+	r, err := engine.GetRun[any](ctx, e, workflowID)
+	require.NoError(t, err)
+	events, err := r.History(ctx)
+	require.NoError(t, err)
+	names, counts := map[int64]string{}, map[string]int{}
+	for _, ev := range events {
+		switch a := ev.Attributes.(type) {
+		case history.ActivityScheduled:
+			names[a.Seq] = a.Activity
+		case history.ActivityCompleted:
+			counts[names[a.Seq]]++
+		}
+	}
+	return string(info.Status), counts
 }
 
-func newPool(t *testing.T, url string) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool
+// databases are the stores the program's tests run on: a fresh Postgres
+// database, and a SQLite file.
+func databases(t *testing.T) map[string]func(t *testing.T) string {
+	return map[string]func(t *testing.T) string{
+		"postgres": func(t *testing.T) string { return pgtest.Database(t) },
+		"sqlite":   func(t *testing.T) string { return filepath.Join(t.TempDir(), "orders.db") },
+	}
 }
 
 func TestOrderSagaProgram(t *testing.T) {
@@ -90,28 +93,28 @@ func TestOrderSagaProgram(t *testing.T) {
 			wantCounts: map[string]int{"ReserveInventory": 1, "ChargePayment": 1, "RefundPayment": 1, "ReleaseInventory": 1, "NotifyCustomer": 1},
 		},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			url := pgtest.Database(t)
-			out := &syncbuf.Buffer{}
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			require.NoError(t, run(ctx, append([]string{"-db", url, "-order", "T-1"}, tt.args...), out))
-			got := out.String()
-			require.Contains(t, got, "started workflow order:T-1")
-			for _, w := range tt.want {
-				require.Contains(t, got, w)
-			}
-			if tt.wantStatus == "failed" {
-				require.Less(t, strings.Index(got, "  RefundPayment "), strings.Index(got, "  ReleaseInventory "), "refund first, then release")
-			}
+		for store, database := range databases(t) {
+			t.Run(store+"/"+tt.name, func(t *testing.T) {
+				t.Parallel()
+				url := database(t)
+				out := &syncbuf.Buffer{}
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				require.NoError(t, run(ctx, append([]string{"-db", url, "-order", "T-1"}, tt.args...), out))
+				got := out.String()
+				require.Contains(t, got, "started workflow order:T-1")
+				for _, w := range tt.want {
+					require.Contains(t, got, w)
+				}
+				if tt.wantStatus == "failed" {
+					require.Less(t, strings.Index(got, "  RefundPayment "), strings.Index(got, "  ReleaseInventory "), "refund first, then release")
+				}
 
-			pool := newPool(t, url)
-			var status string
-			require.NoError(t, pool.QueryRow(ctx, `SELECT status FROM durable_runs WHERE workflow_id = 'order:T-1'`).Scan(&status))
-			require.Equal(t, tt.wantStatus, status)
-			require.Equal(t, tt.wantCounts, completions(ctx, t, pool, "order:T-1"))
-		})
+				status, counts := recorded(ctx, t, url, "order:T-1")
+				require.Equal(t, tt.wantStatus, status)
+				require.Equal(t, tt.wantCounts, counts)
+			})
+		}
 	}
 }
 
@@ -121,13 +124,23 @@ func TestOrderSagaProgram(t *testing.T) {
 // compensation completed once, by the database and by the services' output.
 func TestCrashWhileCompensatingResumesOnce(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	bin := filepath.Join(t.TempDir(), "ordersaga")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".")
 	msg, err := build.CombinedOutput()
 	require.NoError(t, err, "go build: %s", msg)
-	url := pgtest.Database(t)
+	for store, database := range databases(t) {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			crashWhileCompensating(ctx, t, bin, database(t))
+		})
+	}
+}
+
+// crashWhileCompensating is TestCrashWhileCompensatingResumesOnce on the
+// database url.
+func crashWhileCompensating(ctx context.Context, t *testing.T, bin, url string) {
 
 	first, err := exec.CommandContext(ctx, bin, "-db", url, "-order", "C-1", "-crash-after", "1").Output()
 	var exit *exec.ExitError
@@ -146,10 +159,8 @@ func TestCrashWhileCompensatingResumesOnce(t *testing.T) {
 	for _, act := range []string{"ReserveInventory", "ChargePayment", "Ship", "RefundPayment", "ReleaseInventory", "NotifyCustomer"} {
 		require.Equal(t, 1, did(both, act), "%s ran once across both processes:\n%s", act, both)
 	}
-	pool := newPool(t, url)
+	status, counts := recorded(ctx, t, url, "order:C-1")
+	require.Equal(t, "failed", status)
 	require.Equal(t, map[string]int{"ReserveInventory": 1, "ChargePayment": 1, "RefundPayment": 1, "ReleaseInventory": 1, "NotifyCustomer": 1},
-		completions(ctx, t, pool, "order:C-1"), "each completed step and compensation is recorded once (Ship failed)")
-	var runs int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM durable_runs WHERE workflow_id = 'order:C-1'`).Scan(&runs))
-	require.Equal(t, 1, runs, "the second process resumed the crashed run")
+		counts, "each completed step and compensation is recorded once, in the one run the second process resumed (Ship failed)")
 }
