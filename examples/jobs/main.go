@@ -13,7 +13,9 @@
 //
 //	go run ./examples/jobs
 //
-// It creates its shop_* tables next to durable's, and can be run again.
+// It creates its shop_* tables next to durable's, and can be run again. It
+// needs PostgreSQL (-db, else $DATABASE_URL): the shop's orders and their
+// jobs share the shop's own pgx transactions.
 package main
 
 import (
@@ -24,6 +26,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -44,7 +47,7 @@ func main() {
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("jobs", flag.ContinueOnError)
 	fs.SetOutput(out)
-	db := fs.String("db", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"), "PostgreSQL URL")
+	db := fs.String("db", engine.DefaultDSN(), "PostgreSQL URL (default $DATABASE_URL)")
 	rows := fs.Int("backfill", 20, "how many rows the backfill has")
 	rowDelay := fs.Duration("row-delay", 100*time.Millisecond, "how long the backfill works on a row")
 	if err := fs.Parse(args); err != nil {
@@ -54,6 +57,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("-backfill %d: want at least 1 row", *rows)
 	}
 
+	if !strings.HasPrefix(*db, "postgres://") && !strings.HasPrefix(*db, "postgresql://") {
+		return fmt.Errorf("this example needs PostgreSQL: the shop enqueues its jobs in its own pgx transactions (engine.EnqueueTx, engine.ExactlyOnce); set DATABASE_URL or -db to a postgres:// URL (got %q)", *db)
+	}
 	pool, err := pgxpool.New(ctx, *db)
 	if err != nil {
 		return err
@@ -89,11 +95,4 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	return nil
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }

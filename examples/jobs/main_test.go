@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
@@ -88,4 +90,11 @@ func TestJobsProgramEndToEnd(t *testing.T) {
 	require.Equal(t, 1, deadLetters)
 	require.Equal(t, 1, redriven)
 	require.Zero(t, pendingTasks, "every job finished")
+}
+
+// Without PostgreSQL the example says what it needs instead of failing
+// somewhere inside.
+func TestJobsNeedPostgres(t *testing.T) {
+	err := run(t.Context(), []string{"-db", filepath.Join(t.TempDir(), "dev.db")}, io.Discard)
+	require.ErrorContains(t, err, "this example needs PostgreSQL")
 }
