@@ -279,9 +279,10 @@ func (o Options) validate() error {
 // (Start, Signal, Result) and, once Run is called, the worker. Every method is
 // safe for concurrent use.
 type Engine struct {
-	store store.Store  // the payload codec over the database's store
-	pg    *pgBackend   // the Postgres store, if it is one (postgres.go)
-	close func() error // closes what Open opened (open.go), or nil
+	store store.Store    // the payload codec over the database's store
+	pg    *pgBackend     // the Postgres store, if it is one (postgres.go)
+	sq    *sqliteBackend // the SQLite store, if it is one (sqlite.go)
+	close func() error   // closes what Open opened (open.go), or nil
 	wrap  func(store.Store) store.Store
 	opts  Options
 	log   *slog.Logger

@@ -2,6 +2,8 @@ package engine_test
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -82,4 +84,48 @@ func TestPostgresTxCallsOnSQLiteSaySo(t *testing.T) {
 	defer tx.Rollback(context.Background())
 	err = engine.SignalTx(t.Context(), e, tx, "wf", "s", 1)
 	require.ErrorContains(t, err, "PostgreSQL transaction")
+}
+
+// SQLiteTx: a start and the caller's own row commit together, or, when
+// fn fails, neither exists; the run of a committed start runs.
+func TestSQLiteTxStartsWithTheCallersRowsOrNotAtAll(t *testing.T) {
+	t.Parallel()
+	ctx := resultCtx(t)
+	e := openSQLite(t, filepath.Join(t.TempDir(), "durable.db"))
+	t.Cleanup(func() { e.Close() })
+	run(t, e)
+	require.NoError(t, e.SQLiteTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY)`)
+		return err
+	}))
+	order := func(id string, fail error) error {
+		return e.SQLiteTx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id) VALUES (?)`, id); err != nil {
+				return err
+			}
+			if _, err := engine.StartSQLTx(ctx, e, tx, Remind, id, engine.StartOptions{ID: "order-" + id}); err != nil {
+				return err
+			}
+			return fail
+		})
+	}
+	boom := errors.New("boom")
+	require.ErrorIs(t, order("lost", boom), boom)
+	_, err := e.Describe(ctx, "order-lost")
+	require.ErrorIs(t, err, engine.ErrRunNotFound, "the start rolled back with the order")
+
+	require.NoError(t, order("kept", nil))
+	r, err := engine.GetRun[string](ctx, e, "order-kept")
+	require.NoError(t, err)
+	got, err := r.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "hello kept", got)
+	var n int
+	require.NoError(t, e.SQLiteTx(ctx, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&n)
+	}))
+	require.Equal(t, 1, n, "only the committed order")
+
+	err = engine.SignalSQLTx(ctx, e, &sql.Tx{}, "order-kept", "s", 1)
+	require.ErrorContains(t, err, "not one of this engine's SQLiteTx calls")
 }

@@ -191,6 +191,10 @@ func (s *Store) InTx(ctx context.Context, fn func(store.Store) error) error {
 	return err
 }
 
+// Tx returns the transaction of the InTx call s is bound to, or nil: a
+// caller's own statements in it take effect with the store's writes.
+func (s *Store) Tx() *sql.Tx { return s.tx }
+
 // reader returns what reads go through: the store's transaction if it is
 // bound to one (they then see its writes), else the reader pool.
 func (s *Store) reader() querier {
