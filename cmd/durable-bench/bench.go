@@ -18,25 +18,30 @@ import (
 	"github.com/durable-go/durable/internal/benchkit"
 )
 
-// bench is one run of the driver: the database the workloads run in and a
-// connection beside it for the server's statistics.
+// bench is one run of the driver: the database the workloads run in and,
+// on PostgreSQL, a connection beside it for the server's statistics.
 type bench struct {
 	cfg config
 	// conn is the connection string the driver was given; dbName replaces
-	// its database for every pool, here and in worker processes.
+	// its database for every pool, here and in worker processes. Postgres
+	// only.
 	conn    string
 	dbName  string
 	created bool // dbName was created here: drop it at the end
 	// admin is connected to another database of the server, so that reading
-	// statistics adds no transaction to dbName's.
-	admin    *pgx.Conn
-	log      *slog.Logger // engines log errors only
-	stderr   io.Writer    // for worker processes
-	progress io.Writer
+	// statistics adds no transaction to dbName's. Postgres only.
+	admin *pgx.Conn
+	// file is the SQLite file, in the temporary directory dir made for it.
+	// SQLite only.
+	file, dir string
+	log       *slog.Logger // engines log errors only
+	stderr    io.Writer    // for worker processes
+	progress  io.Writer
 }
 
-// openBench connects to the server and creates the bench database, unless
-// -db names one.
+// openBench makes the database the workloads run in: on PostgreSQL it
+// connects to the server and creates the bench database, unless -db names
+// one; on SQLite it makes a fresh file.
 func openBench(ctx context.Context, c config, stderr, progress io.Writer) (*bench, error) {
 	// Worker processes' output, engine logs and progress lines share stderr.
 	stderr = &lockedWriter{w: stderr}
@@ -47,6 +52,22 @@ func openBench(ctx context.Context, c config, stderr, progress io.Writer) (*benc
 		cfg: c, stderr: stderr, progress: progress,
 		log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	}
+	var err error
+	if c.store == storeSQLite {
+		err = b.openSQLite(ctx)
+	} else {
+		err = b.openPostgres(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// openPostgres connects to the server and creates the bench database,
+// unless -db names one.
+func (b *bench) openPostgres(ctx context.Context) error {
+	c := b.cfg
 	b.conn = c.dbURL
 	if b.conn == "" {
 		b.conn = os.Getenv("DATABASE_URL")
@@ -57,7 +78,7 @@ func openBench(ctx context.Context, c config, stderr, progress io.Writer) (*benc
 	cc, err := pgx.ParseConfig(b.conn)
 	if err != nil {
 		// The parse error may quote the URL, password and all.
-		return nil, errors.New("the database URL (-db or DATABASE_URL) is not a valid PostgreSQL URL: want postgres://user@host:port/database")
+		return errors.New("the database URL (-db or DATABASE_URL) is not a valid PostgreSQL URL: want postgres://user@host:port/database")
 	}
 	if cc.ConnectTimeout == 0 {
 		cc.ConnectTimeout = 10 * time.Second
@@ -66,7 +87,7 @@ func openBench(ctx context.Context, c config, stderr, progress io.Writer) (*benc
 	if c.dbURL != "" {
 		b.dbName = cc.Database
 		if b.dbName == "postgres" {
-			return nil, errors.New("-db names the database postgres, which the driver reads statistics from: give it a database of its own")
+			return errors.New("-db names the database postgres, which the driver reads statistics from: give it a database of its own")
 		}
 		cc.Database = "postgres"
 	} else {
@@ -74,21 +95,25 @@ func openBench(ctx context.Context, c config, stderr, progress io.Writer) (*benc
 	}
 	b.admin, err = pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s/%s: %w (is PostgreSQL running? set DATABASE_URL or -db)", server, cc.Database, err)
+		return fmt.Errorf("connect to %s/%s: %w (is PostgreSQL running? set DATABASE_URL or -db)", server, cc.Database, err)
 	}
 	if c.dbURL == "" {
 		if _, err := b.admin.Exec(ctx, "CREATE DATABASE "+b.dbName); err != nil {
 			b.admin.Close(context.Background())
-			return nil, fmt.Errorf("create database %s on %s: %w", b.dbName, server, err)
+			return fmt.Errorf("create database %s on %s: %w", b.dbName, server, err)
 		}
 		b.created = true
 	}
-	fmt.Fprintf(progress, "database %s on %s\n", b.dbName, server)
-	return b, nil
+	fmt.Fprintf(b.progress, "database %s on %s\n", b.dbName, server)
+	return nil
 }
 
-// close drops the database the driver created, unless -keep.
+// close drops the database the driver created, or removes its SQLite
+// file, unless -keep.
 func (b *bench) close() error {
+	if b.cfg.store == storeSQLite {
+		return b.closeSQLite()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	defer b.admin.Close(ctx)
@@ -104,6 +129,12 @@ func (b *bench) close() error {
 	}
 	return nil
 }
+
+// sqlite reports whether the workloads run on SQLite.
+func (b *bench) sqlite() bool { return b.cfg.store == storeSQLite }
+
+// head begins the result of workload w on this bench's store.
+func (b *bench) head(w string) head { return head{Store: b.cfg.store, Workload: w} }
 
 // pool opens a pool of at most conns connections on the bench database.
 func (b *bench) pool(ctx context.Context, conns int) (*pgxpool.Pool, error) {
@@ -168,50 +199,68 @@ func newEngine(pool *pgxpool.Pool, log *slog.Logger, cacheSize int) (*engine.Eng
 	return e, nil
 }
 
-// running is an engine whose Run runs in a goroutine, on a pool of its own.
+// running is an engine whose Run runs in a goroutine, on a database
+// handle of its own.
 type running struct {
 	*engine.Engine
-	pool   *pgxpool.Pool
-	cancel context.CancelFunc
-	done   chan error
+	// pool is the engine's pool on PostgreSQL; nil on SQLite.
+	pool *pgxpool.Pool
+	// closeDB closes what the engine runs on, once Run has returned.
+	closeDB func() error
+	cancel  context.CancelFunc
+	done    chan error
 }
 
-// startEngine opens a pool and runs an engine on it in this process, with
-// the workloads registered, and whatever more the extra functions register.
-// It returns once the engine has run a warm-up workflow.
+// startEngine runs an engine on the bench database in this process (on a
+// pool of its own on PostgreSQL), with the workloads registered, and
+// whatever more the extra functions register. It returns once the engine
+// has run a warm-up workflow.
 func (b *bench) startEngine(ctx context.Context, extra ...func(*engine.Engine) error) (*running, error) {
-	pool, err := b.pool(ctx, b.cfg.conns)
-	if err != nil {
-		return nil, err
+	r := &running{done: make(chan error, 1)}
+	var err error
+	if b.sqlite() {
+		r.Engine, err = b.openSQLiteEngine(ctx)
+		if err == nil {
+			r.closeDB = r.Engine.Close
+		}
+	} else {
+		r.pool, err = b.pool(ctx, b.cfg.conns)
+		if err == nil {
+			r.closeDB = func() error { r.pool.Close(); return nil }
+			r.Engine, err = newEngine(r.pool, b.log, b.cfg.cache)
+		}
 	}
-	e, err := newEngine(pool, b.log, b.cfg.cache)
 	for _, reg := range extra {
 		if err == nil {
-			err = reg(e)
+			err = reg(r.Engine)
 		}
 	}
 	if err != nil {
-		pool.Close()
+		if r.closeDB != nil {
+			err = errors.Join(err, r.closeDB())
+		}
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r := &running{Engine: e, pool: pool, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- e.Run(rctx) }()
-	if err := warmUp(ctx, e); err != nil {
+	r.cancel = cancel
+	go func() { r.done <- r.Run(rctx) }()
+	if err := warmUp(ctx, r.Engine); err != nil {
 		return nil, errors.Join(err, r.stop())
 	}
 	return r, nil
 }
 
-// stop stops the engine's Run, waits for it and closes the pool.
+// stop stops the engine's Run, waits for it and closes what it ran on.
 func (r *running) stop() error {
 	r.cancel()
 	err := <-r.done
-	r.pool.Close()
 	if err != nil {
-		return fmt.Errorf("engine run: %w", err)
+		err = fmt.Errorf("engine run: %w", err)
 	}
-	return nil
+	if cerr := r.closeDB(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("close the engine's database: %w", cerr))
+	}
+	return err
 }
 
 // commits returns the transactions committed in the bench database so far,

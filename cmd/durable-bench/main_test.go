@@ -48,19 +48,15 @@ func TestShortRun(t *testing.T) {
 
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	require.Len(t, lines, len(allWorkloads), "one JSON line per workload, nothing else:\n%s", stdout.String())
-	got := map[string]map[string]any{}
-	for _, line := range lines {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(line), &m), "line %q", line)
-		name, _ := m["workload"].(string)
-		require.NotContains(t, got, name, "workload %q printed twice", name)
-		got[name] = m
-	}
+	got := parseLines(t, lines)
 	for _, w := range allWorkloads {
 		require.Contains(t, got, w)
+		require.Equal(t, "postgres", got[w]["store"], "%s names its store", w)
+		require.NotContains(t, got[w], "skipped", "%s: nothing is skipped on PostgreSQL", w)
 	}
 
 	requireLoad(t, got["W1"], 50)
+	requireCommits(t, got["W1"])
 	requireLatency(t, field[map[string]any](t, got["W2"], "in_process"))
 	requireLatency(t, field[map[string]any](t, got["W2"], "cross_process"))
 	requireLatency(t, field[map[string]any](t, got["W2"], "cross_process_listening"))
@@ -92,6 +88,7 @@ func TestShortRun(t *testing.T) {
 		require.True(t, ok, "point %d is an object", i)
 		require.InDelta(t, float64(i+1), field[float64](t, m, "processes"), 0)
 		requireLoad(t, m, 50)
+		requireCommits(t, m)
 		require.Positive(t, field[float64](t, m, "speedup"))
 	}
 }
@@ -118,6 +115,7 @@ func TestActivityTime(t *testing.T) {
 	require.True(t, ok)
 	for name, m := range map[string]map[string]any{"W1": w1, "W6": w6p} {
 		requireLoad(t, m, 20)
+		requireCommits(t, m)
 		require.GreaterOrEqual(t, field[float64](t, m, "p50_ms"), 90.0, "%s: a run waits 3 x 30 ms", name)
 	}
 }
@@ -139,12 +137,34 @@ func TestProfiles(t *testing.T) {
 	}
 }
 
+// parseLines decodes the JSON lines, one per workload, by workload.
+func parseLines(t *testing.T, lines []string) map[string]map[string]any {
+	t.Helper()
+	got := map[string]map[string]any{}
+	for _, line := range lines {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m), "line %q", line)
+		name, _ := m["workload"].(string)
+		require.NotContains(t, got, name, "workload %q printed twice", name)
+		got[name] = m
+	}
+	return got
+}
+
 // requireLoad checks the figures of an open-loop run of n workflows.
 func requireLoad(t *testing.T, m map[string]any, n float64) {
 	t.Helper()
 	require.InDelta(t, n, field[float64](t, m, "workflows"), 0)
 	require.Positive(t, field[float64](t, m, "throughput_per_s"))
 	requireLatency(t, m)
+	require.GreaterOrEqual(t, field[float64](t, m, "busy_cpu_ms_per_workflow"), 0.0)
+}
+
+// requireCommits checks the commit count of an open-loop run on
+// PostgreSQL.
+func requireCommits(t *testing.T, m map[string]any) {
+	t.Helper()
+	require.Positive(t, field[float64](t, m, "xact_commits"))
 	// Steps share transactions (group commit), so fewer commits than steps
 	// is fine, but none means the count is broken; and a workflow's three
 	// steps need far fewer than the 20 transactions each that would mean a
@@ -152,14 +172,18 @@ func requireLoad(t *testing.T, m map[string]any, n float64) {
 	perStep := field[float64](t, m, "commits_per_step")
 	require.Positive(t, perStep, "commits per step")
 	require.Less(t, perStep, 20.0, "commits per step")
-	require.GreaterOrEqual(t, field[float64](t, m, "busy_cpu_ms_per_workflow"), 0.0)
 }
 
+// requireLatency checks that the percentiles in m are in order:
+// 0 < p50 <= p99 <= p99.9 <= max.
 func requireLatency(t *testing.T, m map[string]any) {
 	t.Helper()
 	p50, p99 := field[float64](t, m, "p50_ms"), field[float64](t, m, "p99_ms")
+	p999, top := field[float64](t, m, "p999_ms"), field[float64](t, m, "max_ms")
 	require.Positive(t, p50)
 	require.LessOrEqual(t, p50, p99, "p50 <= p99")
+	require.LessOrEqual(t, p99, p999, "p99 <= p99.9")
+	require.LessOrEqual(t, p999, top, "p99.9 <= max")
 }
 
 func field[T any](t *testing.T, m map[string]any, key string) T {
@@ -178,6 +202,7 @@ func TestParseFlags(t *testing.T) {
 		wantErr string
 	}{
 		{name: "defaults", check: func(t *testing.T, c config) {
+			require.Equal(t, "postgres", c.store)
 			require.Equal(t, allWorkloads, c.workloads)
 			require.Equal(t, 2000, c.workflows)
 			require.Equal(t, []int{1, 2, 4}, c.procs)
@@ -217,6 +242,11 @@ func TestParseFlags(t *testing.T) {
 		{name: "bad procs", args: []string{"-procs", "1,x"}, wantErr: `-procs: "x"`},
 		{name: "odd events", args: []string{"-events", "1001"}, wantErr: "-events must be even"},
 		{name: "arguments", args: []string{"W1"}, wantErr: "unexpected arguments"},
+		{name: "sqlite", args: []string{"-store", "sqlite"}, check: func(t *testing.T, c config) {
+			require.Equal(t, "sqlite", c.store)
+		}},
+		{name: "unknown store", args: []string{"-store", "mysql"}, wantErr: `-store: unknown store "mysql"`},
+		{name: "a database URL for sqlite", args: []string{"-store", "sqlite", "-db", "postgres://x/y"}, wantErr: "-db names a PostgreSQL database"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -235,13 +265,55 @@ func TestParseFlags(t *testing.T) {
 func TestTable(t *testing.T) {
 	t.Parallel()
 	var b bytes.Buffer
+	skipped := w2Result{head: head{Store: "sqlite", Workload: "W2"}, Runs: 20, InProcess: latency{P50: 1.5, P99: 4, P999: 4, Max: 4}}
+	skipped.skip("cross_process, cross_process_listening", "no notes across processes")
+	whole := skippedResult{head{Store: "sqlite", Workload: "W6"}}
+	whole.skip("", "one process only")
 	require.NoError(t, printTable(&b, []result{
-		w2Result{Workload: "W2", Runs: 200, InProcess: latency{P50: 5.9, P99: 18}, CrossProcess: latency{P50: 7.25, P99: 30.5}},
+		w2Result{
+			head: head{Store: "postgres", Workload: "W2"}, Runs: 200, InProcess: latency{P50: 5.9, P99: 18, P999: 20.5, Max: 20.5},
+			CrossProcess: &latency{P50: 7.25, P99: 30.5, P999: 31, Max: 31}, CrossProcessListening: &latency{},
+		},
+		skipped, whole,
 	}))
 	require.Equal(t, `
 workload  measure                                                                 figure
-W2        200 x start + result of a one-activity workflow, in the worker process  p50 5.90 ms, p99 18.0 ms
-          the same from a process that does not run the engine                    p50 7.25 ms, p99 30.5 ms
-          the same while another Result waits in that process                     p50 0.000 ms, p99 0.000 ms
+W2        200 x start + result of a one-activity workflow, in the worker process  p50 5.90 ms, p99 18.0 ms, p99.9 20.5 ms, max 20.5 ms
+          the same from a process that does not run the engine                    p50 7.25 ms, p99 30.5 ms, p99.9 31.0 ms, max 31.0 ms
+          the same while another Result waits in that process                     p50 0.000 ms, p99 0.000 ms, p99.9 0.000 ms, max 0.000 ms
+W2        20 x start + result of a one-activity workflow, in the worker process   p50 1.50 ms, p99 4.00 ms, p99.9 4.00 ms, max 4.00 ms
+          the same from a process that does not run the engine                    skipped: no notes across processes
+          the same while another Result waits in that process                     skipped: no notes across processes
+W6        not run on sqlite                                                       skipped: one process only
 `, b.String())
+}
+
+// A skipped part of a workload is left out of its JSON line, which says
+// what was skipped and why; a workload skipped whole has no figure.
+func TestSkippedJSON(t *testing.T) {
+	t.Parallel()
+	r := w2Result{head: head{Store: "sqlite", Workload: "W2"}, Runs: 1, InProcess: latency{P50: 1, P99: 2, P999: 3, Max: 4}}
+	r.skip("cross_process, cross_process_listening", "no notes across processes")
+	line, err := json.Marshal(r)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"store": "sqlite", "workload": "W2", "skipped": "cross_process, cross_process_listening: no notes across processes",
+		"runs": 1, "in_process": {"p50_ms": 1, "p99_ms": 2, "p999_ms": 3, "max_ms": 4}}`, string(line))
+
+	whole := skippedResult{head{Store: "sqlite", Workload: "W6"}}
+	whole.skip("", "one process only")
+	line, err = json.Marshal(whole)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"store": "sqlite", "workload": "W6", "skipped": "one process only"}`, string(line))
+}
+
+// The nearest-rank percentiles and the maximum of 2,000 durations of 1 to
+// 2,000 ms, given out of order.
+func TestLatencyOf(t *testing.T) {
+	t.Parallel()
+	ds := make([]time.Duration, 2000)
+	for i := range ds {
+		ds[i] = time.Duration(2000-i) * time.Millisecond
+	}
+	require.Equal(t, latency{P50: 1000, P99: 1980, P999: 1998, Max: 2000}, latencyOf(ds))
+	require.Equal(t, latency{}, latencyOf(nil))
 }

@@ -61,7 +61,7 @@ func loopHistory(n int) (history.History, error) {
 // from the database, and what one step of a cached run costs.
 func (b *bench) w4(ctx context.Context) (result, error) {
 	steps := (b.cfg.events - 2) / 2
-	res := w4Result{Workload: "W4", Events: b.cfg.events}
+	res := w4Result{head: b.head("W4"), Events: b.cfg.events}
 	h, err := loopHistory(steps)
 	if err != nil {
 		return nil, err

@@ -19,20 +19,67 @@ type result interface {
 
 type row struct{ what, figure string }
 
-// latency is the median and 99th percentile of a set of durations, in
-// milliseconds.
-type latency struct {
-	P50 float64 `json:"p50_ms"`
-	P99 float64 `json:"p99_ms"`
+// head begins every JSON line: the store the workload ran on and its name,
+// then, if some of it could not run there, what and why.
+type head struct {
+	Store    string `json:"store"`
+	Workload string `json:"workload"`
+	// Skipped is empty when the whole workload ran. Otherwise it is the
+	// reason, after the fields it left out and a colon when only those
+	// were skipped; a line skipped whole has no figure.
+	Skipped string `json:"skipped,omitempty"`
+	// why is the reason alone, for the table.
+	why string
 }
 
-// latencyOf returns the nearest-rank p50 and p99 of ds (which it sorts).
+func (h head) name() string { return h.Workload }
+
+// skip notes that fields (all of the workload, if empty) were not
+// measured, for why.
+func (h *head) skip(fields, why string) {
+	h.why = why
+	h.Skipped = why
+	if fields != "" {
+		h.Skipped = fields + ": " + why
+	}
+}
+
+// skipped is the table's figure for a measure that was skipped.
+func (h head) skipped() string { return "skipped: " + h.why }
+
+// skippedResult is a workload that could not run on the store at all.
+type skippedResult struct{ head }
+
+func (r skippedResult) rows() []row { return []row{{"not run on " + r.Store, r.skipped()}} }
+
+// latency is the median, 99th and 99.9th percentiles and the maximum of a
+// set of durations, in milliseconds. With under 1,000 of them the p99.9
+// (nearest rank) is the maximum.
+type latency struct {
+	P50  float64 `json:"p50_ms"`
+	P99  float64 `json:"p99_ms"`
+	P999 float64 `json:"p999_ms"`
+	Max  float64 `json:"max_ms"`
+}
+
+// latencyOf returns the nearest-rank p50, p99 and p99.9, and the maximum,
+// of ds (which it sorts).
 func latencyOf(ds []time.Duration) latency {
 	slices.Sort(ds)
-	return latency{P50: ms(benchkit.Quantile(ds, 0.50)), P99: ms(benchkit.Quantile(ds, 0.99))}
+	l := latency{
+		P50:  ms(benchkit.Quantile(ds, 0.50)),
+		P99:  ms(benchkit.Quantile(ds, 0.99)),
+		P999: ms(benchkit.Quantile(ds, 0.999)),
+	}
+	if len(ds) > 0 {
+		l.Max = ms(ds[len(ds)-1])
+	}
+	return l
 }
 
-func (l latency) text() string { return fmt.Sprintf("p50 %s ms, p99 %s ms", num(l.P50), num(l.P99)) }
+func (l latency) text() string {
+	return fmt.Sprintf("p50 %s ms, p99 %s ms, p99.9 %s ms, max %s ms", num(l.P50), num(l.P99), num(l.P999), num(l.Max))
+}
 
 // ms is d in milliseconds, to the microsecond.
 func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
@@ -65,73 +112,100 @@ type loadFigures struct {
 	Throughput float64 `json:"throughput_per_s"`
 	latency
 	// Commits is pg_stat_database.xact_commit of the bench database, after
-	// minus before; it includes the engines' start-up and shutdown.
-	Commits        int64   `json:"xact_commits"`
-	CommitsPerStep float64 `json:"commits_per_step"`
+	// minus before; it includes the engines' start-up and shutdown. It and
+	// CommitsPerStep are left out where there is no such count (SQLite).
+	Commits        *int64   `json:"xact_commits,omitempty"`
+	CommitsPerStep *float64 `json:"commits_per_step,omitempty"`
 	// BusyCPU is the machine's busy CPU time (all processes, Postgres
 	// included) per workflow, from /proc/stat; 0 where there is none.
 	BusyCPU float64 `json:"busy_cpu_ms_per_workflow"`
 }
 
-func newLoadFigures(workflows int, lt benchkit.Loop, commits int64) loadFigures {
+// newLoadFigures returns the figures of lt, an open loop of workflows,
+// without the commit count (see withCommits).
+func newLoadFigures(workflows int, lt benchkit.Loop) loadFigures {
 	return loadFigures{
-		Workflows:      workflows,
-		Seconds:        round(lt.Span.Seconds(), 3),
-		Throughput:     round(float64(workflows)/lt.Span.Seconds(), 1),
-		latency:        latencyOf(lt.Lat),
-		Commits:        commits,
-		CommitsPerStep: round(float64(commits)/float64(workflows*3), 3),
-		BusyCPU:        round(ms(lt.Busy)/float64(workflows), 3),
+		Workflows:  workflows,
+		Seconds:    round(lt.Span.Seconds(), 3),
+		Throughput: round(float64(workflows)/lt.Span.Seconds(), 1),
+		latency:    latencyOf(lt.Lat),
+		BusyCPU:    round(ms(lt.Busy)/float64(workflows), 3),
 	}
 }
 
+// withCommits returns f with the database's commits over the loop.
+func (f loadFigures) withCommits(commits int64) loadFigures {
+	perStep := round(float64(commits)/float64(f.Workflows*3), 3)
+	f.Commits, f.CommitsPerStep = &commits, &perStep
+	return f
+}
+
+// perStep is the table's figure of commits per step: "?" where there is
+// no count.
+func (f loadFigures) perStep() string {
+	if f.CommitsPerStep == nil {
+		return "?"
+	}
+	return num(*f.CommitsPerStep)
+}
+
 type w1Result struct {
-	Workload string `json:"workload"`
-	Starters int    `json:"starters"`
+	head
+	Starters int `json:"starters"`
 	// ActivityMS is -activity-time; 0 (left out) for no-op activities.
 	ActivityMS float64 `json:"activity_ms,omitempty"`
 	loadFigures
 }
 
-func (r w1Result) name() string { return r.Workload }
 func (r w1Result) rows() []row {
+	commits := r.skipped()
+	if r.Commits != nil {
+		commits = fmt.Sprintf("%s (%d commits)", num(*r.CommitsPerStep), *r.Commits)
+	}
 	return []row{
 		{fmt.Sprintf("%d workflows of 3 %s, %d starters, in-process", r.Workflows, activities(r.ActivityMS), r.Starters),
 			fmt.Sprintf("%s workflows/s (%s s)", num(r.Throughput), num(r.Seconds))},
 		{"start to result", r.latency.text()},
-		{"transactions per activity step", fmt.Sprintf("%s (%d commits)", num(r.CommitsPerStep), r.Commits)},
+		{"transactions per activity step", commits},
 		{"busy CPU per workflow, machine-wide", num(r.BusyCPU) + " ms"},
 	}
 }
 
 type w2Result struct {
-	Workload     string  `json:"workload"`
-	Runs         int     `json:"runs"`
-	InProcess    latency `json:"in_process"`
-	CrossProcess latency `json:"cross_process"`
-	// CrossProcessListening is CrossProcess while another Result waits in
+	head
+	Runs      int     `json:"runs"`
+	InProcess latency `json:"in_process"`
+	// CrossProcess is left out where it cannot run (SQLite), and so is
+	// CrossProcessListening: CrossProcess while another Result waits in
 	// the starting process, so that its notification listener is up.
-	CrossProcessListening latency `json:"cross_process_listening"`
+	CrossProcess          *latency `json:"cross_process,omitempty"`
+	CrossProcessListening *latency `json:"cross_process_listening,omitempty"`
 }
 
-func (r w2Result) name() string { return r.Workload }
 func (r w2Result) rows() []row {
 	return []row{
 		{fmt.Sprintf("%d x start + result of a one-activity workflow, in the worker process", r.Runs), r.InProcess.text()},
-		{"the same from a process that does not run the engine", r.CrossProcess.text()},
-		{"the same while another Result waits in that process", r.CrossProcessListening.text()},
+		{"the same from a process that does not run the engine", r.figure(r.CrossProcess)},
+		{"the same while another Result waits in that process", r.figure(r.CrossProcessListening)},
 	}
 }
 
+// figure is the table's figure for l, a latency that may have been skipped.
+func (h head) figure(l *latency) string {
+	if l == nil {
+		return h.skipped()
+	}
+	return l.text()
+}
+
 type w3Result struct {
-	Workload     string  `json:"workload"`
+	head
 	Runs         int     `json:"runs"`
 	SleepMS      float64 `json:"sleep_ms"`
 	StartSeconds float64 `json:"start_seconds"`
 	Lateness     latency `json:"lateness"`
 }
 
-func (r w3Result) name() string { return r.Workload }
 func (r w3Result) rows() []row {
 	return []row{
 		{fmt.Sprintf("%d runs sleeping %s ms: result seen - (start call + sleep)", r.Runs, num(r.SleepMS)), r.Lateness.text()},
@@ -140,7 +214,7 @@ func (r w3Result) rows() []row {
 }
 
 type w4Result struct {
-	Workload        string  `json:"workload"`
+	head
 	Events          int     `json:"events"`
 	MemoryColdMS    float64 `json:"replay_memory_cold_ms"`
 	MemoryMS        float64 `json:"replay_memory_ms"`
@@ -155,7 +229,6 @@ type w4Result struct {
 	RecordedSeconds float64 `json:"record_seconds"`
 }
 
-func (r w4Result) name() string { return r.Workload }
 func (r w4Result) rows() []row {
 	return []row{
 		{fmt.Sprintf("replay %d events from memory, cold / median of 5 more", r.Events), fmt.Sprintf("%s ms / %s ms", num(r.MemoryColdMS), num(r.MemoryMS))},
@@ -167,7 +240,7 @@ func (r w4Result) rows() []row {
 }
 
 type w5Result struct {
-	Workload         string  `json:"workload"`
+	head
 	Runs             int     `json:"runs"`
 	GoroutinesAdded  int     `json:"goroutines_added"`
 	HeapBytesPerRun  float64 `json:"heap_bytes_per_run"`
@@ -175,7 +248,6 @@ type w5Result struct {
 	SleepingRunsPerS float64 `json:"runs_put_to_sleep_per_s"`
 }
 
-func (r w5Result) name() string { return r.Workload }
 func (r w5Result) rows() []row {
 	return []row{
 		{fmt.Sprintf("%d runs asleep for 7 days: goroutines added", r.Runs), fmt.Sprint(r.GoroutinesAdded)},
@@ -194,21 +266,20 @@ type w6Point struct {
 }
 
 type w6Result struct {
-	Workload string `json:"workload"`
-	Starters int    `json:"starters"`
+	head
+	Starters int `json:"starters"`
 	// ActivityMS is -activity-time; 0 (left out) for no-op activities.
 	ActivityMS float64   `json:"activity_ms,omitempty"`
 	Points     []w6Point `json:"points"`
 }
 
-func (r w6Result) name() string { return r.Workload }
 func (r w6Result) rows() []row {
 	var rows []row
 	for _, p := range r.Points {
 		rows = append(rows, row{
 			fmt.Sprintf("%d workflows of 3 %s, %d engine process(es), started from another", p.Workflows, activities(r.ActivityMS), p.Processes),
 			fmt.Sprintf("%s workflows/s (x%s), %s, %s transactions/step, %s ms CPU/workflow",
-				num(p.Throughput), num(p.Speedup), p.latency.text(), num(p.CommitsPerStep), num(p.BusyCPU)),
+				num(p.Throughput), num(p.Speedup), p.latency.text(), p.perStep(), num(p.BusyCPU)),
 		})
 	}
 	return rows

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/durable-go/durable/activity"
 	"github.com/durable-go/durable/engine"
 	"github.com/durable-go/durable/internal/benchkit"
@@ -143,30 +145,46 @@ func sequential(ctx context.Context, e *engine.Engine, n int) ([]time.Duration, 
 // w1 is W1: the open-loop throughput of three-activity workflows, with the
 // starters in the engine's process.
 func (b *bench) w1(ctx context.Context) (result, error) {
+	res := w1Result{head: b.head("W1"), Starters: b.cfg.starters, ActivityMS: ms(b.cfg.activityTime)}
+	if b.sqlite() {
+		res.skip("xact_commits, commits_per_step", whyNoCommitCount)
+		lt, err := b.inProcessLoad(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.loadFigures = newLoadFigures(b.cfg.workflows, lt)
+		return res, nil
+	}
 	c0, err := b.commits(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r, err := b.startEngine(ctx)
+	lt, err := b.inProcessLoad(ctx)
 	if err != nil {
-		return nil, err
-	}
-	lt, err := b.threeSteps(ctx, r.Engine)
-	if err := errors.Join(err, r.stop()); err != nil {
 		return nil, err
 	}
 	c1, err := b.commits(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return w1Result{
-		Workload: "W1", Starters: b.cfg.starters, ActivityMS: ms(b.cfg.activityTime),
-		loadFigures: newLoadFigures(b.cfg.workflows, lt, c1-c0),
-	}, nil
+	res.loadFigures = newLoadFigures(b.cfg.workflows, lt).withCommits(c1 - c0)
+	return res, nil
+}
+
+// inProcessLoad is W1's open loop on an engine of its own, stopped (its
+// pool closed) when it returns.
+func (b *bench) inProcessLoad(ctx context.Context) (benchkit.Loop, error) {
+	r, err := b.startEngine(ctx)
+	if err != nil {
+		return benchkit.Loop{}, err
+	}
+	lt, err := b.threeSteps(ctx, r.Engine)
+	return lt, errors.Join(err, r.stop())
 }
 
 // w2 is W2: the latency of one start and result at a time, with the
-// starter in the engine's process, then in a process of its own.
+// starter in the engine's process, then (on PostgreSQL) in a process of
+// its own.
 func (b *bench) w2(ctx context.Context) (result, error) {
 	r, err := b.startEngine(ctx)
 	if err != nil {
@@ -175,6 +193,11 @@ func (b *bench) w2(ctx context.Context) (result, error) {
 	in, err := sequential(ctx, r.Engine, b.cfg.sequential)
 	if err := errors.Join(err, r.stop()); err != nil {
 		return nil, fmt.Errorf("in-process: %w", err)
+	}
+	res := w2Result{head: b.head("W2"), Runs: b.cfg.sequential, InProcess: latencyOf(in)}
+	if b.sqlite() {
+		res.skip("cross_process, cross_process_listening", whyCrossProcess)
+		return res, nil
 	}
 
 	w, err := b.startWorkers(ctx, 1, b.cfg.conns)
@@ -190,10 +213,9 @@ func (b *bench) w2(ctx context.Context) (result, error) {
 	if err := errors.Join(err, w.stop()); err != nil {
 		return nil, fmt.Errorf("cross-process: %w", err)
 	}
-	return w2Result{
-		Workload: "W2", Runs: b.cfg.sequential,
-		InProcess: latencyOf(in), CrossProcess: latencyOf(cross), CrossProcessListening: latencyOf(listening),
-	}, nil
+	c, l := latencyOf(cross), latencyOf(listening)
+	res.CrossProcess, res.CrossProcessListening = &c, &l
+	return res, nil
 }
 
 // crossProcess is W2's round trips from a client-only engine e, first
@@ -257,7 +279,7 @@ func (b *bench) w3(ctx context.Context) (result, error) {
 		lt.Lat[i] -= sleep
 	}
 	return w3Result{
-		Workload: "W3", Runs: b.cfg.sleepers, SleepMS: ms(sleep),
+		head: b.head("W3"), Runs: b.cfg.sleepers, SleepMS: ms(sleep),
 		StartSeconds: round(lt.Started.Seconds(), 3), Lateness: latencyOf(lt.Lat),
 	}, nil
 }
@@ -265,7 +287,12 @@ func (b *bench) w3(ctx context.Context) (result, error) {
 // w6 is W6: W1 against 1, 2, 4... worker processes, started from the
 // driver's process, which does not run the engine.
 func (b *bench) w6(ctx context.Context) (result, error) {
-	res := w6Result{Workload: "W6", Starters: b.cfg.starters, ActivityMS: ms(b.cfg.activityTime)}
+	if b.sqlite() {
+		res := skippedResult{b.head("W6")}
+		res.skip("", whyProcesses)
+		return res, nil
+	}
+	res := w6Result{head: b.head("W6"), Starters: b.cfg.starters, ActivityMS: ms(b.cfg.activityTime)}
 	for _, procs := range b.cfg.procs {
 		c0, err := b.commits(ctx)
 		if err != nil {
@@ -291,7 +318,7 @@ func (b *bench) w6(ctx context.Context) (result, error) {
 		if err != nil {
 			return nil, err
 		}
-		res.Points = append(res.Points, w6Point{Processes: procs, loadFigures: newLoadFigures(b.cfg.workflows, lt, c1-c0)})
+		res.Points = append(res.Points, w6Point{Processes: procs, loadFigures: newLoadFigures(b.cfg.workflows, lt).withCommits(c1 - c0)})
 		fmt.Fprintf(b.progress, "W6: %d process(es): %.0f workflows/s\n", procs, res.Points[len(res.Points)-1].Throughput)
 	}
 	base := res.Points[0].Throughput
@@ -311,38 +338,77 @@ func (b *bench) w5(ctx context.Context) (result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := b.sleepingRuns(ctx, r)
-	return res, errors.Join(err, r.stop())
+	st, err := b.dbStats(r)
+	if err != nil {
+		return nil, errors.Join(err, r.stop())
+	}
+	res, err := b.sleepingRuns(ctx, r, st)
+	return res, errors.Join(err, st.close(), r.stop())
 }
 
-func (b *bench) sleepingRuns(ctx context.Context, r *running) (result, error) {
-	var timers0 int
-	if err := r.pool.QueryRow(ctx, "SELECT count(*) FROM durable_timers").Scan(&timers0); err != nil {
-		return nil, fmt.Errorf("count timers: %w", err)
+// dbStats reads what W5 watches in the bench database.
+type dbStats interface {
+	// timersAndTasks counts the timers and the workflow tasks.
+	timersAndTasks(ctx context.Context) (timers, tasks int, err error)
+	// size is the database's size in bytes.
+	size(ctx context.Context) (int64, error)
+	close() error
+}
+
+// dbStats returns the reader of W5's figures for the engine r: its own
+// pool on PostgreSQL, a connection of its own on SQLite.
+func (b *bench) dbStats(r *running) (dbStats, error) {
+	if b.sqlite() {
+		return b.openSQLiteStats()
+	}
+	return postgresStats{b: b, pool: r.pool}, nil
+}
+
+// postgresStats reads W5's figures on PostgreSQL: the counts through the
+// engine's pool, the size through the admin connection.
+type postgresStats struct {
+	b    *bench
+	pool *pgxpool.Pool
+}
+
+func (s postgresStats) timersAndTasks(ctx context.Context) (timers, tasks int, err error) {
+	if err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM durable_timers), (SELECT count(*) FROM durable_workflow_tasks)`).Scan(&timers, &tasks); err != nil {
+		return 0, 0, fmt.Errorf("count timers and tasks: %w", err)
+	}
+	return timers, tasks, nil
+}
+
+func (s postgresStats) size(ctx context.Context) (int64, error) { return s.b.dbSize(ctx) }
+func (postgresStats) close() error                              { return nil }
+
+func (b *bench) sleepingRuns(ctx context.Context, r *running, st dbStats) (result, error) {
+	timers0, _, err := st.timersAndTasks(ctx)
+	if err != nil {
+		return nil, err
 	}
 	// Warm up connections and code paths, then take the baseline.
 	const warm = 50
-	if err := b.putToSleep(ctx, r, warm, timers0+warm); err != nil {
+	if err := b.putToSleep(ctx, r, st, warm, timers0+warm); err != nil {
 		return nil, err
 	}
-	db0, err := b.dbSize(ctx)
+	db0, err := st.size(ctx)
 	if err != nil {
 		return nil, err
 	}
 	g0, h0 := measureMemory()
 	n := b.cfg.idle
 	t0 := time.Now()
-	if err := b.putToSleep(ctx, r, n, timers0+warm+n); err != nil {
+	if err := b.putToSleep(ctx, r, st, n, timers0+warm+n); err != nil {
 		return nil, err
 	}
 	elapsed := time.Since(t0)
 	g1, h1 := measureMemory()
-	db1, err := b.dbSize(ctx)
+	db1, err := st.size(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return w5Result{
-		Workload: "W5", Runs: n, GoroutinesAdded: g1 - g0,
+		head: b.head("W5"), Runs: n, GoroutinesAdded: g1 - g0,
 		HeapBytesPerRun:  round((float64(h1)-float64(h0))/float64(n), 1),
 		DBBytesPerRun:    round(float64(db1-db0)/float64(n), 1),
 		SleepingRunsPerS: round(float64(n)/elapsed.Seconds(), 1),
@@ -352,7 +418,7 @@ func (b *bench) sleepingRuns(ctx context.Context, r *running) (result, error) {
 // putToSleep starts n runs of SleepWeek from the starters and waits until
 // the database holds wantTimers timers and no workflow task: every run is
 // asleep.
-func (b *bench) putToSleep(ctx context.Context, r *running, n, wantTimers int) error {
+func (b *bench) putToSleep(ctx context.Context, r *running, st dbStats, n, wantTimers int) error {
 	// The open loop's starters, with nothing to wait for.
 	_, err := benchkit.OpenLoop(ctx, n, b.cfg.starters, func(ctx context.Context, i int) (func(context.Context) error, error) {
 		if _, err := engine.Start(ctx, r.Engine, SleepWeek, i, engine.StartOptions{}); err != nil {
@@ -365,9 +431,9 @@ func (b *bench) putToSleep(ctx context.Context, r *running, n, wantTimers int) e
 	}
 	deadline := time.Now().Add(10 * time.Minute)
 	for {
-		var timers, tasks int
-		if err := r.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM durable_timers), (SELECT count(*) FROM durable_workflow_tasks)`).Scan(&timers, &tasks); err != nil {
-			return fmt.Errorf("count timers and tasks: %w", err)
+		timers, tasks, err := st.timersAndTasks(ctx)
+		if err != nil {
+			return err
 		}
 		if timers == wantTimers && tasks == 0 {
 			return nil
