@@ -1,16 +1,21 @@
-// Package engine runs workflows and activities on PostgreSQL.
+// Package engine runs workflows and activities on a database: PostgreSQL, or
+// a SQLite file.
 //
 // An [Engine] is both the client and the worker. As a client it starts
 // workflows ([Start], [StartTx]), enqueues jobs and waits for results; once
 // [Engine.Run] is called it is also a worker that runs workflow tasks,
 // activities and timers. There is one kind of process and no server: run as
 // many engines as you like, in one program or on many machines, against one
-// database. PostgreSQL is the only thing they coordinate through: work is
-// claimed with FOR UPDATE SKIP LOCKED and held as a lease, every state change
-// is one transaction, and LISTEN/NOTIFY tells idle workers that work is ready.
+// PostgreSQL database, which is the only thing they coordinate through: work
+// is claimed and held as a lease, every state change is one transaction, and
+// notifications tell idle workers that work is ready. A SQLite file needs
+// nothing installed and serves one process: development, tests, a
+// single-process tool (docs/stores.md).
 //
-//	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-//	eng, err := engine.New(pool, engine.Options{}) // migrates the durable_* tables
+// [Open] picks the store from a DSN; [New] takes a pgx pool of yours.
+//
+//	eng, err := engine.Open(ctx, engine.DefaultDSN(), engine.Options{}) // $DATABASE_URL, else a SQLite file; migrates
+//	defer eng.Close()
 //	engine.RegisterWorkflow(eng, Onboard, engine.WorkflowOptions{})
 //	engine.RegisterActivity(eng, ChargeCard, activity.Options{Retry: activity.RetryPolicy{MaximumAttempts: 5}})
 //	go eng.Run(ctx) // workers, timers, wake-ups; cancel ctx to drain and stop
