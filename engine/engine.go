@@ -47,7 +47,7 @@ type Options struct {
 	// NowFunc is the time-skipping test hook (package durabletest sets it to
 	// its fake clock): when set, every time the engine writes or compares
 	// comes from it as is. Do not set it in production: the database's clock
-	// decides. Default: the database's clock (read in New and once a minute
+	// decides. Default: the database's clock (read in New and every ten seconds
 	// after, and carried forward by the process's monotonic clock), so that
 	// a worker whose own clock is wrong neither fires a timer early nor takes
 	// a live claim (see docs/reliability.md).

@@ -14,12 +14,17 @@ import (
 // unless Options.NowFunc is set (a test's clock), it is the database's: a
 // Clock reads the database's clock now and then and carries it forward
 // by the process's monotonic clock, which a wrong or stepped wall clock
-// does not move. A read costs a round trip once a minute; the clock itself
+// does not move. A read costs a round trip every ten seconds; the clock itself
 // costs a time.Now and an atomic load.
 
 // clockResync is how old the database's reading may grow before the
-// clock reads it again.
-const clockResync = time.Minute
+// clock reads it again. Now and Due each allow for the drift since the
+// reading (clockDrift): a timer is due at Now plus its duration and fires
+// once Due reaches it, so it fires up to twice the drift late, which at a
+// minute was up to 12 ms (W3's lateness p50 rose 0.8 ms, docs/performance.md,
+// history, 2026-12-03). Ten seconds bounds it to 2 ms, for one round trip
+// every ten seconds per engine.
+const clockResync = 10 * time.Second
 
 // clockPrecise is the uncertainty of a reading (half its round trip) the
 // clock is content with. A reading less precise (the process paused or
@@ -76,7 +81,7 @@ func New(ctx context.Context, read func(context.Context) (time.Time, error), loc
 // forward plus how far it may be off (half its round trip, and the drift
 // since), so that a timer due at now plus its duration, or a lease ending
 // at now plus its length, is never cut short by the database's clock. Once
-// a minute (every clockRetry while the reading is imprecise) it is read
+// ten seconds (every clockRetry while the reading is imprecise) it is read
 // again in the background; the clock goes on meanwhile. It never goes
 // back: a new reading a little behind the last one carried forward holds
 // the clock still until it catches up.
