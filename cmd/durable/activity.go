@@ -149,7 +149,7 @@ func (a *app) activityControl(cmd *cobra.Command, t activityTarget, done string,
 	if err != nil {
 		return err
 	}
-	e, err := a.clientEngine(s)
+	e, err := a.clientEngine(ctx)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/user"
 	"strings"
@@ -13,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/durable-go/durable/engine"
-	"github.com/durable-go/durable/internal/store/postgres"
+	"github.com/durable-go/durable/internal/store"
 )
 
 // maxSignalName is the longest signal name the engine accepts, in bytes.
@@ -189,15 +188,6 @@ func defaultReason() string {
 	return "by " + name + " from the durable CLI"
 }
 
-// clientEngine returns an engine on s's pool that runs no workers and
-// migrates nothing, logging warnings to stderr: the CLI's client.
-func (a *app) clientEngine(s *postgres.Store) (*engine.Engine, error) {
-	return engine.New(s.Pool(), engine.Options{
-		SkipMigrate: true,
-		Logger:      slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-}
-
 // control connects, runs fn on an engine that runs no workers, and prints
 // what was done: done for --json, msg for people.
 func (a *app) control(cmd *cobra.Command, workflowID, done string, fn func(context.Context, *engine.Engine) error, msg string) error {
@@ -206,7 +196,7 @@ func (a *app) control(cmd *cobra.Command, workflowID, done string, fn func(conte
 	if err != nil {
 		return err
 	}
-	e, err := a.clientEngine(s)
+	e, err := a.clientEngine(ctx)
 	if err != nil {
 		return err
 	}
@@ -223,7 +213,7 @@ func (a *app) control(cmd *cobra.Command, workflowID, done string, fn func(conte
 // noOpenRun explains err if it says workflowID has no open run: exit code 3
 // if the ID has no run at all, 1 with the last run's status if they have
 // all closed. Other errors are returned as they are.
-func noOpenRun(ctx context.Context, s *postgres.Store, workflowID string, err error) error {
+func noOpenRun(ctx context.Context, s store.Store, workflowID string, err error) error {
 	switch {
 	case errors.Is(err, engine.ErrRunNotFound):
 		return notFound("no workflow with ID %q: find workflow IDs with 'durable workflow list'", workflowID)

@@ -16,7 +16,6 @@ import (
 
 	"github.com/durable-go/durable/engine"
 	"github.com/durable-go/durable/internal/store"
-	"github.com/durable-go/durable/internal/store/postgres"
 )
 
 // deadKinds are the dead-letter kinds the durable_dead_letters CHECK
@@ -186,7 +185,7 @@ func parseDeadLetterID(arg string) (int64, error) {
 }
 
 // getDeadLetter returns dead letter id, or an error with exit code 3.
-func getDeadLetter(ctx context.Context, s *postgres.Store, id int64) (store.DeadLetter, error) {
+func getDeadLetter(ctx context.Context, s store.Store, id int64) (store.DeadLetter, error) {
 	d, err := s.GetDeadLetter(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return d, notFound("no dead letter with ID %d: find IDs with 'durable dlq list --all'", id)
@@ -353,7 +352,7 @@ nothing done.`,
 					}
 				}
 			}
-			e, err := a.clientEngine(s)
+			e, err := a.clientEngine(ctx)
 			if err != nil {
 				return err
 			}
@@ -412,7 +411,7 @@ nothing done.`,
 
 // redrive redrives dead letter id through the engine and reports the
 // outcome as the database has it.
-func redrive(ctx context.Context, e *engine.Engine, s *postgres.Store, id int64) (redriveOutput, error) {
+func redrive(ctx context.Context, e *engine.Engine, s store.Store, id int64) (redriveOutput, error) {
 	res, err := e.Redrive(ctx, id)
 	var held string
 	switch {

@@ -15,8 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/durable-go/durable/engine"
 	"github.com/durable-go/durable/internal/store"
-	"github.com/durable-go/durable/internal/store/postgres"
+	"github.com/durable-go/durable/internal/store/sqlite"
 )
 
 // Exit codes, documented in the root command's long help.
@@ -28,9 +29,6 @@ const (
 	exitUnreachable = 4
 	exitSchema      = 5
 )
-
-// defaultURL is the database used when neither --db nor DATABASE_URL is set.
-const defaultURL = "postgres://postgres@127.0.0.1:5432/postgres"
 
 // connectTimeout bounds connecting when the URL sets no connect_timeout.
 const connectTimeout = 10 * time.Second
@@ -125,30 +123,40 @@ func action(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Comman
 	}
 }
 
-// app holds the global flags and the database connection, opened on first
-// use.
+// app holds the global flags and what the command opened on its database,
+// on first use: a PostgreSQL pool or a SQLite store, and the engines of the
+// commands that change runs. close releases them.
 type app struct {
 	dbURL  string
 	json   bool
 	stderr io.Writer
-	pool   *pgxpool.Pool
+	// db is the database the command line names, once read (see database).
+	db      *database
+	pool    *pgxpool.Pool
+	lite    *sqlite.Store
+	engines []*engine.Engine
 }
 
-func (a *app) close() {
-	if a.pool != nil {
-		a.pool.Close()
-	}
-}
-
-const rootLong = `durable operates a durable workflow engine's PostgreSQL database: it applies
-and prints the schema migrations; lists and inspects workflow runs and their
-histories; signals, cancels and terminates runs; lists, inspects and
+// rootLong is the root command's long help; dev is the development
+// database's path.
+func rootLong(dev string) string {
+	return `durable operates a durable workflow engine's database, PostgreSQL or a SQLite
+file: it applies the schema migrations; lists and inspects workflow runs and
+their histories; signals, cancels and terminates runs; lists, inspects and
 redrives dead letters; and shows queue statistics. It talks to the database
 only; no worker needs to run. Commands that change something (workflow
 signal, cancel and terminate, dlq redrive) record the change there, and the
 workers act on it.
 
-The database is --db, else $DATABASE_URL, else ` + defaultURL + `.
+The database is --db, else $DATABASE_URL, else the development SQLite file
+the examples use, ` + dev + `
+(durable names it on stderr when it uses it). --db and DATABASE_URL take:
+  postgres://user@host:port/database   PostgreSQL (or libpq's key=value form)
+  PATH, sqlite:PATH or file:PATH       a SQLite file
+A program running an engine on a SQLite file sees what durable changes there
+at its next poll (engine.Options.PollInterval). The scripts of 'durable migrate
+print' and 'durable migrate roles' are PostgreSQL's only.
+
 Output is for people; --json gives machine output instead. Workflow inputs
 and results are printed only when asked for with --payloads.
 
@@ -158,13 +166,15 @@ Exit codes:
   2  usage error: unknown command or flag, bad flag value, wrong arguments
   3  not found: no workflow, run or dead letter with that ID
   4  database unreachable: check --db or DATABASE_URL, and that PostgreSQL runs
+     or the SQLite file is there and this user may read and write it
   5  schema out of date: the database is behind this binary; run ` + "`durable migrate`"
+}
 
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "durable",
 		Short: "Operate a durable workflow database: migrate, inspect and control runs, redrive dead letters",
-		Long:  rootLong,
+		Long:  rootLong(engine.DevDatabase()),
 		Example: `  durable migrate
   durable workflow list --status running --since 24h
   durable workflow describe onboard:ada@example.com
@@ -175,7 +185,7 @@ func (a *app) rootCommand() *cobra.Command {
 		SilenceUsage:  true,
 	}
 	root.PersistentFlags().StringVar(&a.dbURL, "db", "",
-		"PostgreSQL URL (default $DATABASE_URL, else "+defaultURL+")")
+		"the database: postgres://user@host:port/database, or a SQLite file's path (or sqlite:PATH)\n(default $DATABASE_URL, else the development file "+engine.DevDatabase()+")")
 	root.PersistentFlags().BoolVar(&a.json, "json", false, "print machine-readable JSON")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err}
@@ -223,66 +233,4 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 		}
 		return nil
 	}
-}
-
-// url returns the database URL to use.
-func (a *app) url() string {
-	if a.dbURL != "" {
-		return a.dbURL
-	}
-	if u := os.Getenv("DATABASE_URL"); u != "" {
-		return u
-	}
-	return defaultURL
-}
-
-// connect opens the pool and checks that the database answers.
-func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
-	if a.pool != nil {
-		return a.pool, nil
-	}
-	cfg, err := pgxpool.ParseConfig(a.url())
-	if err != nil {
-		// The parse error may quote the URL, password and all.
-		return nil, usageError("--db is not a valid PostgreSQL URL or DSN: want postgres://user@host:port/database")
-	}
-	if cfg.ConnConfig.ConnectTimeout == 0 {
-		cfg.ConnConfig.ConnectTimeout = connectTimeout
-	}
-	cfg.MaxConns = 4
-	target := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, &exitError{code: exitUnreachable, err: fmt.Errorf("connect to %s: %w", target, err)}
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, &exitError{code: exitUnreachable, err: fmt.Errorf(
-			"cannot reach the database at %s: %w\ncheck --db (or DATABASE_URL) and that PostgreSQL is running and accepts this user", target, err)}
-	}
-	a.pool = pool
-	return pool, nil
-}
-
-// store connects and checks that the schema is what this binary needs.
-func (a *app) store(ctx context.Context) (*postgres.Store, error) {
-	pool, err := a.connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	v, err := postgres.CurrentVersion(ctx, pool)
-	if err != nil {
-		return nil, err
-	}
-	switch want := postgres.SchemaVersion(); {
-	case v < want:
-		return nil, &exitError{code: exitSchema, err: fmt.Errorf(
-			"database schema is at version %d, this binary needs %d: run `durable migrate` (or apply `durable migrate print` with your own tools)", v, want)}
-	case v > want:
-		fmt.Fprintf(a.stderr, "durable: warning: database schema is at version %d, newer than this binary's %d: upgrade durable\n", v, want)
-	}
-	return postgres.New(pool), nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/store/postgres"
+	"github.com/durable-go/durable/internal/store/sqlite"
 )
 
 func (a *app) migrateCommand() *cobra.Command {
@@ -16,27 +17,37 @@ func (a *app) migrateCommand() *cobra.Command {
 		Use:   "migrate",
 		Short: "Apply the schema migrations the database lacks",
 		Long: `migrate applies the schema migrations this binary embeds and the database
-lacks, each in its own transaction, and prints what it applied. It holds an
-advisory lock while it works, so it is safe to run from several places at
-once (engine.New does the same unless Options.SkipMigrate is set).
+lacks, each in its own transaction, and prints what it applied. It is safe
+to run from several places at once: on PostgreSQL it holds an advisory lock
+while it works; on SQLite each migration's transaction holds the file's
+write lock. engine.New and engine.Open do the same unless
+Options.SkipMigrate is set.
 
-Migrations only go forward. To apply them with your own tools instead, take
-the SQL from 'durable migrate print'.`,
+On SQLite, migrate creates the file, and its directory, if they are not
+there: the other commands do not.
+
+Migrations only go forward. To apply PostgreSQL's with your own tools
+instead, take the SQL from 'durable migrate print'.`,
 		Args: cobra.NoArgs,
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
-			pool, err := a.connect(cmd.Context())
+			ctx := cmd.Context()
+			s, err := a.open(ctx, true)
 			if err != nil {
 				return err
 			}
-			applied, err := postgres.Migrate(cmd.Context(), pool)
+			// Read first: a file that is no database is exit code 4.
+			if _, _, err := a.schemaVersion(ctx, s); err != nil {
+				return err
+			}
+			applied, err := s.Migrate(ctx)
 			if err != nil {
 				return err
 			}
-			v, err := postgres.CurrentVersion(cmd.Context(), pool)
+			v, _, err := a.schemaVersion(ctx, s)
 			if err != nil {
 				return err
 			}
-			names := migrationNames()
+			names := migrationNames(a.db.kind)
 			out := migrateOutput{Applied: []migrationRef{}, Version: v}
 			for _, av := range applied {
 				out.Applied = append(out.Applied, migrationRef{Version: av, Name: names[av]})
@@ -70,12 +81,30 @@ type migrateOutput struct {
 	Version int            `json:"version"`
 }
 
-func migrationNames() map[int]string {
+// migrationNames returns the names of the migrations this binary embeds
+// for the store kind, by version.
+func migrationNames(kind string) map[int]string {
 	names := map[int]string{}
-	for _, m := range postgres.Migrations() {
+	for _, m := range knownMigrations(kind) {
 		names[m.Version] = m.Name
 	}
 	return names
+}
+
+// knownMigrations returns the migrations this binary embeds for the store
+// kind (storePostgres or storeSQLite), in version order.
+func knownMigrations(kind string) []migrationRef {
+	var ms []migrationRef
+	if kind == storeSQLite {
+		for _, m := range sqlite.Migrations() {
+			ms = append(ms, migrationRef{Version: m.Version, Name: m.Name})
+		}
+		return ms
+	}
+	for _, m := range postgres.Migrations() {
+		ms = append(ms, migrationRef{Version: m.Version, Name: m.Name})
+	}
+	return ms
 }
 
 type migrationStatus struct {
@@ -107,31 +136,32 @@ It exits 0 when the database is up to date (or ahead), and 5 when it is
 behind: then run 'durable migrate'.`,
 		Args: cobra.NoArgs,
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
-			pool, err := a.connect(cmd.Context())
+			ctx := cmd.Context()
+			s, err := a.open(ctx, false)
 			if err != nil {
 				return err
 			}
-			current, err := postgres.CurrentVersion(cmd.Context(), pool)
+			current, needed, err := a.schemaVersion(ctx, s)
 			if err != nil {
 				return err
 			}
-			applied, err := postgres.New(pool).ListAppliedMigrations(cmd.Context())
+			applied, err := s.ListAppliedMigrations(ctx)
 			if err != nil {
 				return err
 			}
-			out := statusOutput{Current: current, Needed: postgres.SchemaVersion(), Migrations: []migrationStatus{}}
+			out := statusOutput{Current: current, Needed: needed, Migrations: []migrationStatus{}}
 			out.UpToDate = out.Current >= out.Needed
 			byVersion := map[int]store.AppliedMigration{}
 			for _, m := range applied {
 				byVersion[m.Version] = m
 			}
-			for _, m := range postgres.Migrations() {
-				s := migrationStatus{Version: m.Version, Name: m.Name, Known: true}
+			for _, m := range knownMigrations(a.db.kind) {
+				ms := migrationStatus{Version: m.Version, Name: m.Name, Known: true}
 				if am, ok := byVersion[m.Version]; ok {
-					s.AppliedAt = &am.AppliedAt
+					ms.AppliedAt = &am.AppliedAt
 					delete(byVersion, m.Version)
 				}
-				out.Migrations = append(out.Migrations, s)
+				out.Migrations = append(out.Migrations, ms)
 			}
 			for _, am := range applied {
 				if _, unknown := byVersion[am.Version]; unknown {
@@ -186,6 +216,10 @@ script creates durable_schema_migrations and runs each migration in its own
 transaction that also records it there, so engines started with
 Options.SkipMigrate find the schema current. It does not touch the database.
 
+The script is PostgreSQL's: on a SQLite file (--db, DATABASE_URL or the
+development file) print is an error, as SQLite needs none; run 'durable
+migrate'.
+
 --after N leaves out the migrations up to version N: those the database has
 (see 'durable migrate status'). With --json it prints the migrations as an
 array of {version, name, sql}, without the bookkeeping.`,
@@ -195,6 +229,9 @@ array of {version, name, sql}, without the bookkeeping.`,
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
 			if after < 0 {
 				return usageError("--after must not be negative, got %d", after)
+			}
+			if err := a.requirePostgres("`durable migrate print`", "SQLite needs no script; run `durable migrate`"); err != nil {
+				return err
 			}
 			if a.json {
 				type migration struct {

@@ -74,7 +74,10 @@ worker and read-only roles the same access to the tables the owner creates
 later, so run later migrations as the owner. The script creates the roles
 with LOGIN and no password; it is safe to run again. It does not touch the
 database: pipe it to psql as an administrator. The role names are its only
-parameters: lower-case letters, digits and underscores.`,
+parameters: lower-case letters, digits and underscores.
+
+The script is PostgreSQL's: on a SQLite file (--db, DATABASE_URL or the
+development file) roles is an error, as a SQLite file has no roles.`,
 		Example: `  durable migrate roles | psql "postgres://admin@db.internal/app" -v ON_ERROR_STOP=1
   durable migrate roles --owner app_durable_owner --worker app_durable --readonly app_durable_ro > roles.sql
   durable migrate --db "postgres://durable_owner@db.internal/app"
@@ -83,6 +86,9 @@ parameters: lower-case letters, digits and underscores.`,
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
 			script, err := rolesScript(n)
 			if err != nil {
+				return err
+			}
+			if err := a.requirePostgres("`durable migrate roles`", "a SQLite file has no roles, whoever may read and write the file may use it; run `durable migrate` to set it up"); err != nil {
 				return err
 			}
 			if a.json {

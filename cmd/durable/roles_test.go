@@ -57,7 +57,7 @@ func TestMigrateRolesPrint(t *testing.T) {
 
 	t.Run("Names", func(t *testing.T) {
 		t.Parallel()
-		r := durable(t, "", "--json", "migrate", "roles", "--owner", "app_own", "--worker", "app_work", "--readonly", "app_ro")
+		r := durable(t, unreachable, "--json", "migrate", "roles", "--owner", "app_own", "--worker", "app_work", "--readonly", "app_ro")
 		requireCode(t, exitOK, r)
 		var out struct {
 			roleNames
@@ -246,7 +246,7 @@ func TestRoles(t *testing.T) {
 
 		n := testRoles(t, db)
 		n.Worker = admin // not dropped: testRoles drops only the names it made
-		r := durable(t, "", "migrate", "roles", "--owner", n.Owner, "--worker", n.Worker, "--readonly", n.Readonly)
+		r := durable(t, unreachable, "migrate", "roles", "--owner", n.Owner, "--worker", n.Worker, "--readonly", n.Readonly)
 		requireCode(t, exitOK, r)
 		err := execOnce(t, db, r.stdout)
 		require.ErrorContains(t, err, "role "+admin+" exists and is a superuser or bypasses row security: pick another name")
@@ -295,7 +295,7 @@ func testRoles(t *testing.T, db string) roleNames {
 // database db, as the administrator.
 func applyRoles(t *testing.T, db string, n roleNames) {
 	t.Helper()
-	r := durable(t, "", "migrate", "roles", "--owner", n.Owner, "--worker", n.Worker, "--readonly", n.Readonly)
+	r := durable(t, unreachable, "migrate", "roles", "--owner", n.Owner, "--worker", n.Worker, "--readonly", n.Readonly)
 	requireCode(t, exitOK, r)
 	runSQL(t, db, r.stdout)
 }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/durable-go/durable/history"
 	"github.com/durable-go/durable/internal/store"
-	"github.com/durable-go/durable/internal/store/postgres"
 )
 
 // statuses are the run statuses the durable_runs CHECK constraint allows.
@@ -141,7 +140,7 @@ func (f *runFlags) register(cmd *cobra.Command) {
 }
 
 // findRun returns the run of workflowID that runID names, or the newest.
-func findRun(ctx context.Context, s *postgres.Store, workflowID, runID string) (store.Run, error) {
+func findRun(ctx context.Context, s store.Store, workflowID, runID string) (store.Run, error) {
 	if runID == "" {
 		r, err := s.GetRunByWorkflowID(ctx, workflowID)
 		if errors.Is(err, store.ErrNotFound) {
