@@ -164,8 +164,8 @@ WITH task AS (
 // ResolveActivity implements store.Store.
 func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) (store.Ready, error) {
 	var ready store.Ready
-	in.Event = escapeEvent(in.Event) // as it is stored, for the hand-off too
-	attrs, err := encodeEvent(in.Event)
+	in.Event = store.EscapeEvent(in.Event) // as it is stored, for the hand-off too
+	attrs, err := store.EncodeEvent(in.Event)
 	if err != nil {
 		return ready, fmt.Errorf("resolve activity task %d: %w", in.TaskID, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/durable-go/durable/history"
+	"github.com/durable-go/durable/internal/store"
 )
 
 const listEventsSQL = `
@@ -151,7 +152,7 @@ func encodeEvents(events []history.Attributes) (types, attrs []string, err error
 	types = make([]string, len(events))
 	attrs = make([]string, len(events))
 	for i, e := range events {
-		b, err := encodeEvent(e)
+		b, err := store.EncodeEvent(e)
 		if err != nil {
 			return nil, nil, err
 		}

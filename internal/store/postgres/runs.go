@@ -132,7 +132,7 @@ SELECT i.ix, (SELECT count(*) FROM run WHERE run.ix = i.ix),` + manyReadyColumns
 // CreateRun implements store.Store.
 func (s *Store) CreateRun(ctx context.Context, in store.CreateRunParams) (store.Run, error) {
 	started := in.Started()
-	attrs, err := encodeEvent(started)
+	attrs, err := store.EncodeEvent(started)
 	if err != nil {
 		return store.Run{}, fmt.Errorf("create run of workflow %q: %w", in.WorkflowID, err)
 	}

@@ -35,7 +35,7 @@ SELECT (SELECT count(*) FROM run),
 // SignalRun implements store.Store.
 func (s *Store) SignalRun(ctx context.Context, in store.SignalParams, event history.Attributes) (store.Ready, error) {
 	var ready store.Ready
-	attrs, err := encodeEvent(event)
+	attrs, err := store.EncodeEvent(event)
 	if err != nil {
 		return ready, fmt.Errorf("%s to workflow %q: %w", event.EventType(), in.WorkflowID, err)
 	}

@@ -155,7 +155,7 @@ VALUES ('job', @type, @queue, @payload, @key, @attempts, @error, @class, @option
 // attempt still holds it, and appends the outcome to the task's run, whose
 // workflow task it makes ready (or claims for in.ClaimAs).
 func (s *Store) ResolveActivity(ctx context.Context, in store.ResolveActivityParams) (store.Ready, error) {
-	in.Event = escapeEvent(in.Event) // as it is stored, for the hand-off too
+	in.Event = store.EscapeEvent(in.Event) // as it is stored, for the hand-off too
 	attrs, err := encodeEvent(in.Event)
 	if err == nil {
 		err = checkText("worker ID", in.ClaimAs)
