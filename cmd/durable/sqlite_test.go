@@ -31,15 +31,17 @@ const litePoll = 50 * time.Millisecond
 
 // liteFixture is a SQLite file with, oldest first: greet-1 (Greet,
 // completed); the job ship-1 (Ship, dead-lettered); order-1 (Order,
-// failed and dead-lettered); nap-1 (Nap, a pending timer) and await-1
-// (AwaitApproval, waiting for its "approve" signal). An engine runs their
-// workflows until the test ends.
+// failed and dead-lettered); nap-1 and nap-2 (Nap, a pending timer each)
+// and await-1 (AwaitApproval, waiting for its "approve" signal). An engine
+// runs their workflows until the test ends.
 type liteFixture struct {
 	path string
 	// The runs' IDs.
 	greetRun, orderRun, napRun, awaitRun string
-	// await is await-1's run, to wait for its result.
+	// await and nap2 are await-1's and nap-2's runs, to wait for their
+	// results.
 	await *engine.Run[string]
+	nap2  *engine.Run[int]
 	// The dead letters' IDs.
 	ship, order int64
 }
@@ -89,13 +91,17 @@ func liteSetup(t *testing.T) liteFixture {
 	nap, err := engine.Start(ctx, e, Nap, 0, engine.StartOptions{ID: "nap-1"})
 	require.NoError(t, err)
 	f.napRun = nap.RunID
+	f.nap2, err = engine.Start(ctx, e, Nap, 0, engine.StartOptions{ID: "nap-2"})
+	require.NoError(t, err)
 	f.await, err = engine.Start(ctx, e, AwaitApproval, 0, engine.StartOptions{ID: "await-1"})
 	require.NoError(t, err)
 	f.awaitRun = f.await.RunID
-	require.Eventually(t, func() bool {
-		info, err := nap.Describe(ctx)
-		return err == nil && len(info.PendingTimers) == 1
-	}, 30*time.Second, 10*time.Millisecond, "nap-1's workflow task starts its timer")
+	for _, r := range []*engine.Run[int]{nap, f.nap2} {
+		require.Eventually(t, func() bool {
+			info, err := r.Describe(ctx)
+			return err == nil && len(info.PendingTimers) == 1
+		}, 30*time.Second, 10*time.Millisecond, "%s's workflow task starts its timer", r.WorkflowID)
+	}
 	require.Eventually(t, func() bool {
 		info, err := f.await.Describe(ctx)
 		return err == nil && info.LastEventID > 1
@@ -130,12 +136,13 @@ func TestSQLite(t *testing.T) {
 		r := durable(t, db, "workflow", "list")
 		requireCode(t, exitOK, r)
 		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-		require.Len(t, lines, 5, r.stdout)
+		require.Len(t, lines, 6, r.stdout)
 		require.Regexp(t, `^WORKFLOW ID\s+RUN ID\s+TYPE\s+STATUS\s+CREATED\s+CLOSED$`, lines[0])
 		require.Regexp(t, `^await-1\s+`+f.awaitRun+`\s+AwaitApproval\s+running\s+\S+\s+-$`, lines[1], "newest first")
-		require.Regexp(t, `^nap-1\s+`+f.napRun+`\s+Nap\s+running\s+\S+\s+-$`, lines[2])
-		require.Regexp(t, `^order-1\s+`+f.orderRun+`\s+Order\s+failed\s+\S+\s+\S+$`, lines[3])
-		require.Regexp(t, `^greet-1\s+`+f.greetRun+`\s+Greet\s+completed\s+\S+\s+\S+$`, lines[4])
+		require.Regexp(t, `^nap-2\s+`+f.nap2.RunID+`\s+Nap\s+running\s+\S+\s+-$`, lines[2])
+		require.Regexp(t, `^nap-1\s+`+f.napRun+`\s+Nap\s+running\s+\S+\s+-$`, lines[3])
+		require.Regexp(t, `^order-1\s+`+f.orderRun+`\s+Order\s+failed\s+\S+\s+\S+$`, lines[4])
+		require.Regexp(t, `^greet-1\s+`+f.greetRun+`\s+Greet\s+completed\s+\S+\s+\S+$`, lines[5])
 		require.NotContains(t, r.stdout, secret)
 
 		r = durable(t, db, "--json", "workflow", "list", "--status", "failed")
@@ -201,7 +208,7 @@ func TestSQLite(t *testing.T) {
 		require.WithinDuration(t, time.Now(), s.Now, time.Minute)
 		require.Len(t, s.Queues, 1, r.stdout)
 		require.Equal(t, "default", s.Queues[0].Queue)
-		require.Equal(t, 1, s.Queues[0].TimersPending, "nap-1's timer")
+		require.Equal(t, 2, s.Queues[0].TimersPending, "nap-1's and nap-2's timers")
 		require.Equal(t, []deadLetterStatsOutput{
 			{Kind: store.DeadJob, Pending: 1}, {Kind: store.DeadWorkflow, Pending: 1},
 		}, withoutAges(s.DeadLetters))
@@ -246,6 +253,22 @@ func TestSQLite(t *testing.T) {
 		r = durable(t, db, "workflow", "history", "nap-1")
 		requireCode(t, exitOK, r)
 		require.Regexp(t, `\n\d+\s+\S+\s+workflow_terminated\s+cleaning up\n$`, r.stdout)
+	})
+
+	t.Run("Cancel", func(t *testing.T) {
+		r := durable(t, db, "workflow", "cancel", "nap-2", "--reason", "no longer needed")
+		requireCode(t, exitOK, r)
+		require.Equal(t, "workflow nap-2: cancel requested: the run ends as canceled once its workflow code returns\n", r.stdout)
+		_, err := await(t, f.nap2)
+		var wfErr *engine.WorkflowError
+		require.ErrorAs(t, err, &wfErr, "the engine finds the request when it polls, and the run ends")
+		require.ErrorContains(t, err, "canceled: no longer needed")
+
+		r = durable(t, db, "--json", "workflow", "describe", "nap-2")
+		requireCode(t, exitOK, r)
+		var d describeOutput
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &d), r.stdout)
+		require.Equal(t, "canceled", d.Status)
 	})
 
 	t.Run("DLQ", func(t *testing.T) {
@@ -432,6 +455,44 @@ func TestSQLiteDatabaseErrors(t *testing.T) {
 		requireCode(t, exitUsage, r)
 		require.Contains(t, r.stderr, `pass the file's path without "?mode=ro"`)
 	})
+}
+
+func TestParseDSN(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		dsn        string
+		kind, want string
+	}{
+		{"postgres://u@h:5432/db?sslmode=disable", storePostgres, "postgres://u@h:5432/db?sslmode=disable"},
+		{"postgresql://u@h/db", storePostgres, "postgresql://u@h/db"},
+		{"host=h user=u dbname=db", storePostgres, "host=h user=u dbname=db"},
+		{"user=u dbname=db", storePostgres, "user=u dbname=db"},
+		{"dbname=db", storePostgres, "dbname=db"},
+		{" /var/lib/app/durable.db ", storeSQLite, "/var/lib/app/durable.db"},
+		{"durable.db", storeSQLite, "durable.db"},
+		{"sqlite:durable.db", storeSQLite, "durable.db"},
+		{"sqlite:///tmp/durable.db", storeSQLite, "/tmp/durable.db"},
+		{"file:/tmp/durable.db", storeSQLite, "/tmp/durable.db"},
+	}
+	for _, tt := range tests {
+		db, err := parseDSN(tt.dsn)
+		require.NoError(t, err, tt.dsn)
+		require.Equal(t, database{kind: tt.kind, target: tt.want}, db, tt.dsn)
+	}
+	for dsn, want := range map[string]string{
+		"":                       "--db is empty",
+		"mysql://u:secret@h/db":  `unknown scheme "mysql"`,
+		"sqlite:":                "no file path after the scheme",
+		"file:x.db?_pragma=foo":  `without "?_pragma=foo"`,
+		"redis://localhost:6379": `unknown scheme "redis"`,
+	} {
+		_, err := parseDSN(dsn)
+		var ee *exitError
+		require.ErrorAs(t, err, &ee, dsn)
+		require.Equal(t, exitUsage, ee.code, dsn)
+		require.ErrorContains(t, err, want, dsn)
+		require.NotContains(t, err.Error(), "secret", "the DSN may hold a password")
+	}
 }
 
 // TestDevDatabase runs the command with neither --db nor DATABASE_URL: it
