@@ -53,7 +53,7 @@ func openBench(ctx context.Context, c config, stderr, progress io.Writer) (*benc
 		log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	}
 	var err error
-	if c.store == storeSQLite {
+	if b.sqlite() {
 		err = b.openSQLite(ctx)
 	} else {
 		err = b.openPostgres(ctx)
@@ -111,7 +111,7 @@ func (b *bench) openPostgres(ctx context.Context) error {
 // close drops the database the driver created, or removes its SQLite
 // file, unless -keep.
 func (b *bench) close() error {
-	if b.cfg.store == storeSQLite {
+	if b.sqlite() {
 		return b.closeSQLite()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
