@@ -22,6 +22,14 @@ func TestActivityComplete(t *testing.T) {
 	pool, db := pgtest.PoolURL(t)
 	e, err := engine.New(pool, engine.Options{Logger: slog.New(slog.DiscardHandler), PollInterval: time.Second})
 	require.NoError(t, err)
+	activityComplete(t, e, db)
+}
+
+// activityComplete registers an Expense workflow on e, whose activity
+// waits for its result, runs e until the test ends, and completes its
+// activities with the CLI on database db, where e is.
+func activityComplete(t *testing.T, e *engine.Engine, db string) {
+	t.Helper()
 	tokens := make(chan []byte, 4)
 	requestApproval := func(ctx context.Context, _ int) (string, error) {
 		tokens <- activity.GetInfo(ctx).TaskToken

@@ -1,6 +1,7 @@
-// Command durable operates the PostgreSQL database of a durable workflow
-// engine: it migrates the schema, lists and inspects workflow runs, signals,
-// cancels and terminates them, and redrives dead letters.
+// Command durable operates the database of a durable workflow engine,
+// PostgreSQL or a SQLite file: it migrates the schema, lists and inspects
+// workflow runs, signals, cancels and terminates them, and redrives dead
+// letters.
 //
 // It talks to the database only, so it works whether or not any worker runs.
 // Most commands only read; workflow signal, cancel and terminate and dlq
@@ -15,9 +16,9 @@
 //	durable migrate                 apply the migrations the database lacks
 //	durable migrate status          applied vs needed schema version
 //	durable migrate print [--after N]
-//	                                the migrations' SQL, for your own tools
+//	                                the migrations' SQL, for your own tools (PostgreSQL)
 //	durable migrate roles [--owner R] [--worker R] [--readonly R]
-//	                                SQL creating least-privilege roles
+//	                                SQL creating least-privilege roles (PostgreSQL)
 //	durable workflow list [--status S] [--type T] [--id ID] [--since 24h] [--limit N]
 //	                                runs, newest first
 //	durable workflow describe ID [--run RUN_ID] [--payloads]
@@ -38,6 +39,26 @@
 //	                                run dead letters again
 //	durable stats [--window D]      queue backlogs, timers, dead letters
 //
+// # The database
+//
+// The database is --db, else $DATABASE_URL, else the development SQLite
+// file that the examples use (engine.DevDatabase: durable/dev.db in the
+// user's cache directory), which durable then names on stderr. The store
+// comes from the DSN as engine.Open reads it: postgres://... or
+// postgresql://... (or libpq's key=value form) is PostgreSQL; PATH,
+// sqlite:PATH or file:PATH is a SQLite file. Another scheme is a usage
+// error.
+//
+// Every command works on both, except migrate print and migrate roles,
+// whose scripts are PostgreSQL's: on SQLite they are a usage error (exit 2),
+// as SQLite needs no script. migrate creates a SQLite file, and its
+// directory, if they are not there; to the other commands a missing file
+// is an error (exit 4) that names it, as is one that is not a database.
+// A program running an engine on a SQLite file sees what durable changes
+// there (a signal, a cancel, a redrive) at its next poll
+// (engine.Options.PollInterval), not at once: SQLite has nothing like
+// PostgreSQL's LISTEN/NOTIFY to wake it from another process.
+//
 // # Changing runs
 //
 // signal, cancel and terminate act on the workflow ID's open run. A signal's
@@ -49,8 +70,7 @@
 //
 // # Global flags
 //
-// --db URL names the database (default $DATABASE_URL, else
-// postgres://postgres@127.0.0.1:5432/postgres); a URL without
+// --db names the database (see The database); a PostgreSQL URL without
 // connect_timeout gets 10 seconds. --json prints machine-readable JSON
 // instead of tables: history --json prints the events as history.Event
 // encodes them.
@@ -64,7 +84,8 @@
 //
 // # Roles
 //
-// 'durable migrate roles' prints the SQL that creates three roles: an owner
+// On PostgreSQL, 'durable migrate roles' prints the SQL that creates three
+// roles: an owner
 // that runs migrate, a worker for engines and for signal, cancel, terminate
 // and dlq redrive, and a read-only role for the other commands. A command
 // refused for want of a privilege says which role it needs. See
@@ -78,7 +99,7 @@
 //	1  error, such as a workflow whose runs have all closed
 //	2  usage error: unknown command or flag, bad flag value, wrong arguments
 //	3  not found: no workflow, run or dead letter with that ID
-//	4  database unreachable
+//	4  database unreachable: PostgreSQL does not answer, or the SQLite file is missing or cannot be opened
 //	5  schema out of date: the database is behind this binary (run `durable migrate`)
 //
 // `durable migrate status` exits 5 when the database is behind, so

@@ -213,9 +213,9 @@ func groupCommand(use, short, long string) *cobra.Command {
 }
 
 // checkUTF8 refuses command-line arguments (flag values included) that are
-// not valid UTF-8: PostgreSQL text holds nothing else, so no workflow ID,
-// type or reason can be one, and the database would answer with an error
-// of its own.
+// not valid UTF-8: PostgreSQL text holds nothing else (and the SQLite store
+// refuses what PostgreSQL cannot hold), so no workflow ID, type or reason
+// can be one, and the database would answer with an error of its own.
 func checkUTF8(args []string) error {
 	for _, arg := range args {
 		if !utf8.ValidString(arg) {

@@ -353,6 +353,17 @@ func TestSQLite(t *testing.T) {
 	})
 }
 
+// TestSQLiteActivityComplete is TestActivityComplete on a SQLite file: the
+// engine finds the outcomes the CLI records when it polls.
+func TestSQLiteActivityComplete(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "durable.db")
+	e, err := engine.Open(t.Context(), db, engine.Options{Logger: slog.New(slog.DiscardHandler), PollInterval: litePoll})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, e.Close()) })
+	activityComplete(t, e, db)
+}
+
 // withoutAges returns ds without their times, which depend on when the
 // test ran.
 func withoutAges(ds []deadLetterStatsOutput) []deadLetterStatsOutput {
