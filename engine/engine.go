@@ -322,7 +322,9 @@ func newEngine(st store.Store, pg *pgBackend, opts Options, wrap func(store.Stor
 	opts = opts.withDefaults()
 	e := newRegistry(opts, opts.CacheSize)
 	e.pg, e.wrap = pg, wrap
-	e.backlog = backlog.New(func(queue string) { e.hub.Publish(notify.ActivityTasks(queue)) })
+	e.backlog = backlog.New(
+		func(queue string) { e.hub.Publish(notify.ActivityTasks(queue)) },
+		func(queue string) { e.hub.WakeLocal(notify.ActivityTasks(queue)) })
 	e.store = e.layered(st)
 	e.hub = notify.NewHub(e.store, e.log)
 	e.hub.Backstop = func(ctx context.Context, runIDs []string) ([]string, error) {

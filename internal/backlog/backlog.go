@@ -53,6 +53,12 @@ type Backlog struct {
 	// whose entries were taken by a claim that did not get them, or dropped,
 	// wait for no one's next poll.
 	ready func(queue string)
+	// pushed, if set, is called with each queue a Push added to, once the
+	// entries are in: the engine's own pollers claim them by name at once.
+	// A poller that was claiming while the activities found no free slot
+	// (its claim held them) would otherwise sleep until the queue's next
+	// due time, the end of the hold: a second.
+	pushed func(queue string)
 }
 
 type queueEntries struct {
@@ -64,15 +70,25 @@ type queueEntries struct {
 
 // New returns an empty backlog. ready, if not nil, is called with a queue
 // when the activities pushed on it until Hold ago have become ready for
-// every engine (see Backlog.ready).
-func New(ready func(queue string)) *Backlog {
-	return &Backlog{queues: map[string]*queueEntries{}, ready: ready}
+// every engine (see Backlog.ready); pushed, if not nil, with each queue a
+// Push added to (see Backlog.pushed).
+func New(ready, pushed func(queue string)) *Backlog {
+	return &Backlog{queues: map[string]*queueEntries{}, ready: ready, pushed: pushed}
 }
 
 // Push adds the run's activities to their queues' backlogs.
 func (b *Backlog) Push(runID string, acts []store.NewActivityTask) {
 	if len(acts) == 0 {
 		return
+	}
+	if b.pushed != nil {
+		defer func() { // once the entries are in, and b.mu released
+			for i, a := range acts {
+				if !slices.ContainsFunc(acts[:i], func(o store.NewActivityTask) bool { return o.Queue == a.Queue }) {
+					b.pushed(a.Queue)
+				}
+			}
+		}()
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

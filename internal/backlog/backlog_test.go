@@ -13,7 +13,7 @@ import (
 // take one of the queue's oldest tasks first, and past maxEntries drops its
 // oldest.
 func TestBacklogTakeAndBounds(t *testing.T) {
-	b := New(nil)
+	b := New(nil, nil)
 	acts := make([]store.NewActivityTask, maxEntries+2)
 	for i := range acts {
 		acts[i] = store.NewActivityTask{Seq: int64(i + 1), Queue: "q"}
@@ -44,7 +44,7 @@ func TestBacklogTakeAndBounds(t *testing.T) {
 func TestBacklogAnnouncesItsQueueWhenTheHoldEnds(t *testing.T) {
 	t.Parallel()
 	calls := make(chan string, 10)
-	b := New(func(queue string) { calls <- queue })
+	b := New(func(queue string) { calls <- queue }, nil)
 	pushed := time.Now()
 	b.Push("r", []store.NewActivityTask{{Seq: 1, Queue: "q"}, {Seq: 2, Queue: "q"}})
 	select {
@@ -74,11 +74,25 @@ func TestBacklogAnnouncesItsQueueWhenTheHoldEnds(t *testing.T) {
 
 // Keys is a copy: changing it leaves the backlog alone.
 func TestKeysIsACopy(t *testing.T) {
-	b := New(nil)
+	b := New(nil, nil)
 	b.Push("r", []store.NewActivityTask{{Seq: 1, Queue: "q"}})
 	keys := b.Keys("q")
 	require.Equal(t, []store.ActivityKey{{RunID: "r", Seq: 1}}, keys)
 	keys[0].Seq = 9
 	require.Equal(t, []store.ActivityKey{{RunID: "r", Seq: 1}}, b.Keys("q"))
 	require.Nil(t, b.Keys("other"))
+}
+
+// Push tells of each queue it added to, once, after the entries are in.
+func TestPushTellsItsQueues(t *testing.T) {
+	var b *Backlog
+	var told []string
+	b = New(nil, func(queue string) {
+		told = append(told, queue)
+		require.NotEmpty(t, b.Keys(queue), "the entries are in when %s is told", queue)
+	})
+	b.Push("r", []store.NewActivityTask{{Seq: 1, Queue: "a"}, {Seq: 2, Queue: "b"}, {Seq: 3, Queue: "a"}})
+	require.Equal(t, []string{"a", "b"}, told)
+	b.Push("r", nil)
+	require.Equal(t, []string{"a", "b"}, told, "an empty push tells nothing")
 }

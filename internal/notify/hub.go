@@ -396,6 +396,18 @@ func (h *Hub) dispatch(n store.Note) {
 	}
 }
 
+// WakeLocal wakes this engine's pollers of the notes' keys, and tells no
+// other engine: the work is this engine's to take first.
+func (h *Hub) WakeLocal(notes ...store.Note) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, n := range notes {
+		for _, w := range h.wakes[n] {
+			signal(w.C)
+		}
+	}
+}
+
 // Publish announces notes: to this process's subscribers at once, and to
 // other processes by a notification that the send loop batches. Work that
 // a local worker with a free slot will take is not announced to other
