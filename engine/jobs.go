@@ -79,11 +79,12 @@ func enqueue(ctx context.Context, e *Engine, s store.Store, inTx bool, fn any, i
 		return Job{}, fmt.Errorf("enqueue job: %w", err)
 	}
 	t.IdempotencyKey = o.Key
-	id, existing, err := s.EnqueueJob(ctx, store.EnqueueJobParams{Task: t, Now: now, Notify: inTx || !e.hub.Active()})
+	notifies := inTx || !e.hub.Active() // the statement notifies, else Publish does
+	id, existing, err := s.EnqueueJob(ctx, store.EnqueueJobParams{Task: t, Now: now, Notify: notifies})
 	if err != nil {
 		return Job{}, err
 	}
-	if !existing && !inTx && e.hub.Active() && !runAt.After(now) {
+	if !existing && !notifies && !runAt.After(now) {
 		e.hub.Publish(notify.ActivityTasks(t.Queue))
 	}
 	return Job{ID: id, Key: o.Key, Existing: existing}, nil

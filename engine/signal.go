@@ -52,7 +52,8 @@ func (e *Engine) sendToRun(ctx context.Context, s store.Store, inTx bool, workfl
 	if err := checkName("workflow ID", workflowID, maxIDLen); err != nil {
 		return fmt.Errorf("%s: %w", ev.EventType(), err)
 	}
-	ready, err := s.SignalRun(ctx, store.SignalParams{WorkflowID: workflowID, Now: e.now(), Notify: inTx || !e.hub.Active()}, ev)
+	notify := inTx || !e.hub.Active() // the statement notifies, else announce does
+	ready, err := s.SignalRun(ctx, store.SignalParams{WorkflowID: workflowID, Now: e.now(), Notify: notify}, ev)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("%s to workflow %q: %w", ev.EventType(), workflowID, ErrRunNotFound)
@@ -63,7 +64,7 @@ func (e *Engine) sendToRun(ctx context.Context, s store.Store, inTx bool, workfl
 	case err != nil:
 		return err
 	}
-	if !inTx && e.hub.Active() {
+	if !notify {
 		e.announce(ready)
 	}
 	return nil

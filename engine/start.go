@@ -187,8 +187,10 @@ func start[Out any](ctx context.Context, e *Engine, s store.Store, inTx bool, wf
 	if existing && o.RejectIfRunning {
 		return nil, fmt.Errorf("start workflow %s %q: %w (run %s)", name, o.ID, ErrAlreadyRunning, r.RunID)
 	}
-	// A run inserted with its first task (eager) has no task to announce.
-	if !existing && !inTx && p == nil && eager == nil && e.hub.Active() {
+	// A run inserted with its first task (eager) has no task to announce;
+	// one whose statement did not notify is announced here, by a hub that
+	// was running then (Publish sends itself if it has stopped since).
+	if !existing && p == nil && eager == nil && !params.Notify {
 		e.hub.Publish(notify.WorkflowTasks(queue))
 	}
 	h := &Run[Out]{WorkflowID: r.WorkflowID, RunID: r.RunID, Existing: existing, e: e}

@@ -84,6 +84,9 @@ type Hub struct {
 	closes  map[string]map[chan *store.CloseRun]struct{}
 	pending map[store.Note]bool // notifications for other processes, not yet sent
 	flush   chan struct{}
+	// sending is set while a send loop runs, and cleared by it only with
+	// nothing pending: Publish sends itself when it is not set.
+	sending bool
 	// recent are the runs seen to close in the last closeMemory, with how
 	// they closed if it was here (nil: elsewhere), oldest first in
 	// recentLog; listening is since when the LISTEN has held without a gap
@@ -212,6 +215,9 @@ func (h *Hub) Acquire() {
 	h.cancel, h.done = cancel, make(chan struct{})
 	ready := make(chan struct{})
 	flushed, checked := make(chan struct{}), make(chan struct{})
+	h.mu.Lock()
+	h.sending = true
+	h.mu.Unlock()
 	go h.sendLoop(ctx, flushed)
 	go h.backstopLoop(ctx, checked)
 	go func() {
@@ -396,6 +402,29 @@ func (h *Hub) dispatch(n store.Note) {
 	}
 }
 
+// sendIfStopped sends the pending notes itself, at once, if no send loop
+// runs to send them: a caller may publish just after the hub stopped (a
+// client whose last Result's linger ran out). h.mu is held; it is released
+// for the send and taken again.
+func (h *Hub) sendIfStopped() {
+	if h.sending || len(h.pending) == 0 {
+		return
+	}
+	notes := make([]store.Note, 0, len(h.pending))
+	for n := range h.pending {
+		notes = append(notes, n)
+	}
+	clear(h.pending)
+	h.mu.Unlock()
+	defer h.mu.Lock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.store.Notify(ctx, notes); err != nil {
+		h.log.LogAttrs(ctx, slog.LevelWarn, "send notifications; workers pick the work up at their next poll",
+			slog.String("error", err.Error()))
+	}
+}
+
 // WakeLocal wakes this engine's pollers of the notes' keys, and tells no
 // other engine: the work is this engine's to take first.
 func (h *Hub) WakeLocal(notes ...store.Note) {
@@ -415,6 +444,7 @@ func (h *Hub) WakeLocal(notes ...store.Note) {
 func (h *Hub) Publish(notes ...store.Note) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	defer h.sendIfStopped()
 	for _, n := range notes {
 		taken := false
 		if n.Kind == store.NoteClosed {
@@ -484,14 +514,16 @@ func (h *Hub) sendLoop(ctx context.Context, done chan struct{}) {
 		}
 		h.mu.Lock()
 		busy := len(h.pending) > 0
+		if stop && !busy {
+			h.sending = false // Publish sends what comes after
+			h.mu.Unlock()
+			return
+		}
 		h.mu.Unlock()
 		if busy {
 			gap.Reset(h.gap)
 		} else {
 			gap.Reset(0)
-		}
-		if stop {
-			return
 		}
 	}
 }

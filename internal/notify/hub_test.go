@@ -168,3 +168,41 @@ func TestSealedOutcomeIsNotDelivered(t *testing.T) {
 		sub.Close()
 	}
 }
+
+// notesTo is a store that records what is sent to it.
+type notesTo struct {
+	store.Store
+	mu    sync.Mutex
+	notes []store.Note
+}
+
+func (s *notesTo) Notify(_ context.Context, notes []store.Note) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.notes = append(s.notes, notes...)
+	return nil
+}
+
+func (s *notesTo) sent() []store.Note {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.notes)
+}
+
+// What is published while the hub does not run is sent all the same, at
+// once. A client that saw the hub running (lingering after a Result) left
+// a start's notification to it; when the hub stopped before the start was
+// published, the note waited for a send loop that never came, and the
+// workers found the run at their next poll: five seconds (W2 from another
+// process, 2026-12-03).
+func TestPublishWhileStoppedSendsAtOnce(t *testing.T) {
+	t.Parallel()
+	s := &notesTo{Store: postgres.New(pgtest.Pool(t))}
+	h := NewHub(s, slog.New(slog.DiscardHandler))
+	h.Acquire()
+	h.Release() // stopped
+	require.False(t, h.Active())
+	note := store.Note{Kind: store.NoteWorkflowTasks, Queue: "q"}
+	h.Publish(note)
+	require.Contains(t, s.sent(), note, "sent by Publish itself")
+}
