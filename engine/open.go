@@ -2,11 +2,11 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
+
+	"github.com/durable-go/durable/internal/datasource"
 )
 
 // Open returns an engine on the database dsn names, with its schema brought
@@ -22,11 +22,11 @@ import (
 //
 // Close releases what Open made, once Run has returned.
 func Open(ctx context.Context, dsn string, opts Options) (*Engine, error) {
-	kind, target, err := parseDSN(dsn)
+	kind, target, err := datasource.Parse(dsn)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("engine: open: %w", err)
 	}
-	if kind == storePostgres {
+	if kind == datasource.Postgres {
 		return openPostgres(ctx, target, opts)
 	}
 	return openSQLite(ctx, target, opts)
@@ -40,44 +40,6 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	return e.close()
-}
-
-// The stores Open knows.
-const (
-	storePostgres = "postgres"
-	storeSQLite   = "sqlite"
-)
-
-// parseDSN says which store dsn names, and what to open it with: the URL
-// for Postgres, the file's path for SQLite.
-func parseDSN(dsn string) (kind, target string, err error) {
-	d := strings.TrimSpace(dsn)
-	var path string
-	switch {
-	case d == "":
-		return "", "", errors.New("engine: open: empty DSN: pass postgres://user@host/db for PostgreSQL, or a file path (or sqlite:PATH) for SQLite")
-	case strings.HasPrefix(d, "postgres://"), strings.HasPrefix(d, "postgresql://"):
-		return storePostgres, d, nil
-	case strings.Contains(d, "=") && (strings.HasPrefix(d, "host=") || strings.Contains(d, " dbname=") || strings.HasPrefix(d, "dbname=")):
-		return storePostgres, d, nil // libpq's key=value form
-	case strings.HasPrefix(d, "sqlite://"):
-		path = strings.TrimPrefix(d, "sqlite://")
-	case strings.HasPrefix(d, "sqlite:"):
-		path = strings.TrimPrefix(d, "sqlite:")
-	case strings.HasPrefix(d, "file:"):
-		path = strings.TrimPrefix(d, "file:")
-		if i := strings.IndexByte(path, '?'); i >= 0 {
-			return "", "", fmt.Errorf("engine: open %q: the SQLite store sets its own connection options; pass the file's path without %q", dsn, path[i:])
-		}
-	case strings.Contains(d, "://"):
-		return "", "", fmt.Errorf("engine: open %q: unknown scheme %q: use postgres:// for PostgreSQL, or a file path (or sqlite:PATH) for SQLite", dsn, d[:strings.Index(d, "://")])
-	default:
-		path = d
-	}
-	if path == "" {
-		return "", "", fmt.Errorf("engine: open %q: no file path after the scheme", dsn)
-	}
-	return storeSQLite, path, nil
 }
 
 // DefaultDSN is where a program with no database of its own keeps its

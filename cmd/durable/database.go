@@ -8,11 +8,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable/engine"
+	"github.com/durable-go/durable/internal/datasource"
 	"github.com/durable-go/durable/internal/store"
 	"github.com/durable-go/durable/internal/store/postgres"
 	"github.com/durable-go/durable/internal/store/sqlite"
@@ -25,8 +25,8 @@ import (
 
 // The stores the command knows.
 const (
-	storePostgres = "postgres"
-	storeSQLite   = "sqlite"
+	storePostgres = datasource.Postgres
+	storeSQLite   = datasource.SQLite
 )
 
 // database is the database the command line names.
@@ -38,41 +38,19 @@ type database struct {
 }
 
 // dsnForms says how to name a database, for the errors about --db.
-const dsnForms = "pass postgres://user@host:port/database for PostgreSQL, or a file path (or sqlite:PATH) for SQLite"
+const dsnForms = datasource.Forms
 
-// parseDSN says which database dsn names, as engine.Open reads it:
-// postgres:// and postgresql:// URLs and libpq's key=value form are
-// PostgreSQL; sqlite:PATH, file:PATH and a plain path are a SQLite file. An
-// unknown scheme is a usage error.
+// parseDSN says which database dsn names, as engine.Open reads it
+// (datasource.Parse); what it cannot read is a usage error.
 func parseDSN(dsn string) (database, error) {
-	d := strings.TrimSpace(dsn)
-	var path string
+	kind, target, err := datasource.Parse(dsn)
 	switch {
-	case d == "":
+	case errors.Is(err, datasource.ErrEmpty):
 		return database{}, usageError("--db is empty: %s", dsnForms)
-	case strings.HasPrefix(d, "postgres://"), strings.HasPrefix(d, "postgresql://"):
-		return database{kind: storePostgres, target: d}, nil
-	case strings.Contains(d, "=") && (strings.HasPrefix(d, "host=") || strings.Contains(d, " dbname=") || strings.HasPrefix(d, "dbname=")):
-		return database{kind: storePostgres, target: d}, nil // libpq's key=value form
-	case strings.HasPrefix(d, "sqlite://"):
-		path = strings.TrimPrefix(d, "sqlite://")
-	case strings.HasPrefix(d, "sqlite:"):
-		path = strings.TrimPrefix(d, "sqlite:")
-	case strings.HasPrefix(d, "file:"):
-		path = strings.TrimPrefix(d, "file:")
-		if i := strings.IndexByte(path, '?'); i >= 0 {
-			return database{}, usageError("--db %s: the SQLite store sets its own connection options: pass the file's path without %q", clean(d), path[i:])
-		}
-	case strings.Contains(d, "://"):
-		// Only the scheme: the rest may hold a password.
-		return database{}, usageError("--db: unknown scheme %q: %s", d[:strings.Index(d, "://")], dsnForms)
-	default:
-		path = d
+	case err != nil:
+		return database{}, usageError("--db: %v", err)
 	}
-	if path == "" {
-		return database{}, usageError("--db %s: no file path after the scheme: %s", clean(d), dsnForms)
-	}
-	return database{kind: storeSQLite, target: path}, nil
+	return database{kind: kind, target: target}, nil
 }
 
 // database returns the database the command works on, read once: --db,
