@@ -191,24 +191,7 @@ func (s *Store) reopenRun(ctx context.Context, tx pgx.Tx, d store.DeadLetter, in
 	if err != nil {
 		return err
 	}
-	// Cut at the workflow's failure; or at the activity failure it followed,
-	// if the workflow scheduled nothing after that failure (it gave up
-	// there). An activity failure the workflow handled and moved past is
-	// history: what came after it must not run again.
-	cut := int64(len(events)) + 1
-	var failed *history.ActivityFailed
-scan:
-	for i := len(events) - 1; i >= 0; i-- {
-		switch a := events[i].Attributes.(type) {
-		case history.WorkflowFailed:
-			cut = events[i].ID
-		case history.ActivityFailed:
-			failed, cut = &a, events[i].ID
-			break scan
-		case history.ActivityScheduled, history.TimerStarted:
-			break scan
-		}
-	}
+	cut, failed := store.RedriveCut(events)
 	var n int
 	err = tx.QueryRow(ctx, reopenRunSQL, namedArgs{"new_run": in.NewRunID, "old_run": d.RunID, "cut": cut, "now": in.Now}).Scan(&n)
 	if err != nil {

@@ -58,17 +58,10 @@ func (s *Store) SignalRun(ctx context.Context, in store.SignalParams, event hist
 	return ready, nil
 }
 
-// noOpenRun tells ErrRunClosed (the workflow ID has only closed runs) from
-// ErrNotFound (it has none).
+// noOpenRun tells store.ErrRunClosed from store.ErrNotFound
+// (store.NoOpenRun).
 func (s *Store) noOpenRun(ctx context.Context, workflowID string) error {
-	_, err := s.GetRunByWorkflowID(ctx, workflowID)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.ErrNotFound
-	}
-	if err != nil {
-		return err
-	}
-	return store.ErrRunClosed
+	return store.NoOpenRun(ctx, s, workflowID)
 }
 
 // Terminating a run deletes its tasks, so it locks them before the run row,

@@ -166,24 +166,7 @@ func reopenRun(ctx context.Context, tx *sql.Tx, d store.DeadLetter, in store.Red
 	if err != nil {
 		return err
 	}
-	// Cut at the workflow's failure; or at the activity failure it followed,
-	// if the workflow scheduled nothing after that failure (it gave up
-	// there). An activity failure the workflow handled and moved past is
-	// history: what came after it must not run again.
-	cut := int64(len(events)) + 1
-	var failed *history.ActivityFailed
-scan:
-	for i := len(events) - 1; i >= 0; i-- {
-		switch a := events[i].Attributes.(type) {
-		case history.WorkflowFailed:
-			cut = events[i].ID
-		case history.ActivityFailed:
-			failed, cut = &a, events[i].ID
-			break scan
-		case history.ActivityScheduled, history.TimerStarted:
-			break scan
-		}
-	}
+	cut, failed := store.RedriveCut(events)
 	old, ok, err := readRun(ctx, tx, d.RunID)
 	if err != nil {
 		return err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -60,17 +59,10 @@ func signal(ctx context.Context, tx *sql.Tx, in store.SignalParams, typ, attrs s
 	return true, err
 }
 
-// noOpenRun tells store.ErrRunClosed (the workflow ID has only closed runs)
-// from store.ErrNotFound (it has none).
+// noOpenRun tells store.ErrRunClosed from store.ErrNotFound
+// (store.NoOpenRun).
 func (s *Store) noOpenRun(ctx context.Context, workflowID string) error {
-	_, err := s.GetRunByWorkflowID(ctx, workflowID)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.ErrNotFound
-	}
-	if err != nil {
-		return err
-	}
-	return store.ErrRunClosed
+	return store.NoOpenRun(ctx, s, workflowID)
 }
 
 // TerminateRun implements store.Store. The run reports to its parent, if it
