@@ -1,11 +1,12 @@
 // Package peerbench is what the peer-engine benchmarks share: their flags,
-// the bench database's creation and removal, the W1 open loop and the W2
-// sequential round trips, and the table and JSON lines they print.
+// the bench store's creation and removal (a PostgreSQL database, or a
+// SQLite file), the W1 open loop and the W2 sequential round trips, and the
+// table and JSON lines they print.
 //
 // The workloads are defined as in durable's own load driver
 // (cmd/durable-bench), and measured with the same code
 // (internal/benchkit: the open loop, busy CPU, percentiles, commit
-// counts), so the figures of the three engines can be put side by side.
+// counts), so the figures of every engine can be put side by side.
 // Nothing else of durable's is used.
 package peerbench
 
@@ -21,6 +22,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -40,8 +42,19 @@ const (
 	One = 1
 )
 
-// Engine is one peer engine, running in this process on the bench
-// database.
+// Stores a peer runs on (Peer.Store, and the JSON lines' "store").
+const (
+	// Postgres is a fresh database on DATABASE_URL's server.
+	Postgres = "postgres"
+	// SQLite is a fresh SQLite file in a new temporary directory.
+	SQLite = "sqlite"
+)
+
+// WhyNoCommitCount is why W1 has no commit count on SQLite (its JSON
+// line's "skipped"), in durable-bench's words.
+const WhyNoCommitCount = "the commit count is PostgreSQL's statistic (pg_stat_database.xact_commit); SQLite keeps none"
+
+// Engine is one peer engine, running in this process on the bench store.
 type Engine interface {
 	// Start starts a workflow of steps no-op steps (Three or One) on input
 	// x, and returns a function that waits for its result, which must be
@@ -55,15 +68,30 @@ type Engine interface {
 type Peer struct {
 	// Name is the engine's name in the output.
 	Name string
+	// Store is the store the engine runs on: Postgres (also when empty)
+	// or SQLite.
+	Store string
+	// NoConns, if not empty, is why -conns does not apply to this engine
+	// (it has no pool size to set): -conns is then refused.
+	NoConns string
 	// Notes are printed under the table (how the peer is configured).
 	Notes []string
-	// Setup prepares the bench database (schema, migrations) once, before
-	// any workload; its commits are not counted.
-	Setup func(ctx context.Context, dbURL string, conns int) error
-	// Open starts an engine on the bench database with a pool of conns
-	// connections. Run sends a warm-up workflow through it before it
-	// measures.
-	Open func(ctx context.Context, dbURL string, conns int) (Engine, error)
+	// Setup prepares the bench store (schema, migrations) once, before any
+	// workload; its commits are not counted. db is the bench database's
+	// URL on PostgreSQL, the SQLite file's path on SQLite.
+	Setup func(ctx context.Context, db string, conns int) error
+	// Open starts an engine on the bench store db (as for Setup) with a
+	// pool of conns connections. Run sends a warm-up workflow through it
+	// before it measures.
+	Open func(ctx context.Context, db string, conns int) (Engine, error)
+}
+
+// store returns p's store, Postgres if it names none.
+func (p Peer) store() string {
+	if p.Store == "" {
+		return Postgres
+	}
+	return p.Store
 }
 
 // Config is the flags.
@@ -85,7 +113,7 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 	fs.IntVar(&c.Starters, "starters", 32, "W1: concurrent starter goroutines")
 	fs.IntVar(&c.Sequential, "sequential", 200, "W2: start-and-wait round trips (after one warm-up round trip that is not counted)")
 	fs.IntVar(&c.Conns, "conns", 20, "database connections in the engine's pool (durable-bench's default; DBOS's own default pool size is also 20)")
-	fs.BoolVar(&c.Keep, "keep", false, "keep the bench database instead of dropping it at the end")
+	fs.BoolVar(&c.Keep, "keep", false, "keep the bench database (or SQLite file) instead of removing it at the end")
 	return func() (Config, error) {
 		if fs.NArg() > 0 {
 			return c, fmt.Errorf("unexpected arguments %q: every option is a flag (see -help)", fs.Args())
@@ -126,8 +154,13 @@ func Main(extra func(*flag.FlagSet), peer func() Peer) {
 	}
 	c, err := cfg()
 	if err == nil {
+		p := peer()
+		if p.NoConns != "" && isSet(fs, "conns") {
+			fmt.Fprintf(os.Stderr, "-conns does not apply to %s: %s\n", p.Name, p.NoConns)
+			os.Exit(2)
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err = Run(ctx, c, peer(), os.Stdout, os.Stderr)
+		err = Run(ctx, c, p, os.Stdout, os.Stderr)
 		stop()
 	}
 	if err != nil {
@@ -136,15 +169,31 @@ func Main(extra func(*flag.FlagSet), peer func() Peer) {
 	}
 }
 
-// Run runs c's workloads on p in a fresh database on DATABASE_URL's server.
+// isSet reports whether flag name was given on the command line.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// Run runs c's workloads on p in a fresh store: a database on
+// DATABASE_URL's server, or a SQLite file in a new temporary directory.
 func Run(ctx context.Context, c Config, p Peer, stdout, stderr io.Writer) (err error) {
-	db, err := CreateDB(ctx)
+	var db store
+	switch p.store() {
+	case Postgres:
+		db, err = CreateDB(ctx)
+	case SQLite:
+		db, err = CreateSQLiteFile()
+	default:
+		err = fmt.Errorf("peer %s: unknown store %q", p.Name, p.Store)
+	}
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, db.Close(c.Keep, stderr)) }()
-	fmt.Fprintf(stderr, "%s: setting up database %s\n", p.Name, db.Name)
-	if err := p.Setup(ctx, db.URL, c.Conns); err != nil {
+	defer func() { err = errors.Join(err, db.close(c.Keep, stderr)) }()
+	fmt.Fprintf(stderr, "%s: setting up %s\n", p.Name, db)
+	if err := p.Setup(ctx, db.location(), c.Conns); err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
 	var results []any
@@ -176,36 +225,53 @@ func Run(ctx context.Context, c Config, p Peer, stdout, stderr io.Writer) (err e
 	return printTable(stderr, p, results)
 }
 
+// store is where a run's engines keep their state.
+type store interface {
+	// String names it in the progress lines.
+	String() string
+	// location is what Peer.Setup and Peer.Open get.
+	location() string
+	// commits returns its commit count so far, or ok false (and no error)
+	// where it keeps none.
+	commits(ctx context.Context) (n int64, ok bool, err error)
+	// close removes it, unless keep: then it says where it is.
+	close(keep bool, stderr io.Writer) error
+}
+
 // W1Result is W1's JSON line.
 type W1Result struct {
-	Engine     string  `json:"engine"`
-	Workload   string  `json:"workload"`
+	Engine   string `json:"engine"`
+	Store    string `json:"store"`
+	Workload string `json:"workload"`
+	// Skipped is empty when every figure was measured; otherwise it names
+	// the fields left out and why ("xact_commits: ..."), as durable-bench's
+	// lines do.
+	Skipped    string  `json:"skipped,omitempty"`
 	Workflows  int     `json:"workflows"`
 	Seconds    float64 `json:"seconds"`
 	Throughput float64 `json:"throughput_per_s"`
-	P50        float64 `json:"p50_ms"`
-	P99        float64 `json:"p99_ms"`
+	Latency
 	// Commits is pg_stat_database.xact_commit of the bench database after
 	// minus before; it includes the engine's start-up, warm-up workflow and
-	// shutdown, as durable-bench's does.
-	Commits int64 `json:"xact_commits"`
-	// BusyCPU is the machine's busy CPU (PostgreSQL included) over the
-	// span, per workflow.
+	// shutdown, as durable-bench's does. Nil (and left out) on SQLite.
+	Commits *int64 `json:"xact_commits,omitempty"`
+	// BusyCPU is the machine's busy CPU (PostgreSQL included, if it runs
+	// here) over the span, per workflow.
 	BusyCPU float64 `json:"busy_cpu_ms_per_workflow"`
 }
 
 // W2Result is W2's JSON line.
 type W2Result struct {
-	Engine   string  `json:"engine"`
-	Workload string  `json:"workload"`
-	Runs     int     `json:"runs"`
-	P50      float64 `json:"p50_ms"`
-	P99      float64 `json:"p99_ms"`
+	Engine   string `json:"engine"`
+	Store    string `json:"store"`
+	Workload string `json:"workload"`
+	Runs     int    `json:"runs"`
+	Latency
 }
 
 // open opens p's engine and sends a warm-up One workflow through it.
-func open(ctx context.Context, c Config, p Peer, db *DB) (Engine, error) {
-	e, err := p.Open(ctx, db.URL, c.Conns)
+func open(ctx context.Context, c Config, p Peer, db store) (Engine, error) {
+	e, err := p.Open(ctx, db.location(), c.Conns)
 	if err != nil {
 		return nil, fmt.Errorf("start engine: %w", err)
 	}
@@ -237,8 +303,8 @@ func check(ctx context.Context, wait func(context.Context) (int, error), steps, 
 	return nil
 }
 
-func w1(ctx context.Context, c Config, p Peer, db *DB) (W1Result, error) {
-	c0, err := db.Commits(ctx)
+func w1(ctx context.Context, c Config, p Peer, db store) (W1Result, error) {
+	c0, counted, err := db.commits(ctx)
 	if err != nil {
 		return W1Result{}, err
 	}
@@ -250,22 +316,27 @@ func w1(ctx context.Context, c Config, p Peer, db *DB) (W1Result, error) {
 	if err := errors.Join(err, e.Stop(context.WithoutCancel(ctx))); err != nil {
 		return W1Result{}, err
 	}
-	c1, err := db.Commits(ctx)
+	r := W1Result{
+		Engine: p.Name, Store: p.store(), Workload: "W1", Workflows: c.N,
+		Seconds:    Round(lt.Span.Seconds(), 3),
+		Throughput: Round(float64(c.N)/lt.Span.Seconds(), 1),
+		Latency:    LatencyOf(lt.Lat),
+		BusyCPU:    Round(MS(lt.Busy)/float64(c.N), 3),
+	}
+	if !counted {
+		r.Skipped = "xact_commits: " + WhyNoCommitCount
+		return r, nil
+	}
+	c1, _, err := db.commits(ctx)
 	if err != nil {
 		return W1Result{}, err
 	}
-	l := LatencyOf(lt.Lat)
-	return W1Result{
-		Engine: p.Name, Workload: "W1", Workflows: c.N,
-		Seconds:    Round(lt.Span.Seconds(), 3),
-		Throughput: Round(float64(c.N)/lt.Span.Seconds(), 1),
-		P50:        l.P50, P99: l.P99,
-		Commits: c1 - c0,
-		BusyCPU: Round(MS(lt.Busy)/float64(c.N), 3),
-	}, nil
+	n := c1 - c0
+	r.Commits = &n
+	return r, nil
 }
 
-func w2(ctx context.Context, c Config, p Peer, db *DB) (W2Result, error) {
+func w2(ctx context.Context, c Config, p Peer, db store) (W2Result, error) {
 	e, err := open(ctx, c, p, db)
 	if err != nil {
 		return W2Result{}, err
@@ -285,8 +356,7 @@ func w2(ctx context.Context, c Config, p Peer, db *DB) (W2Result, error) {
 	if err := errors.Join(err, e.Stop(context.WithoutCancel(ctx))); err != nil {
 		return W2Result{}, err
 	}
-	l := LatencyOf(lat)
-	return W2Result{Engine: p.Name, Workload: "W2", Runs: c.Sequential, P50: l.P50, P99: l.P99}, nil
+	return W2Result{Engine: p.Name, Store: p.store(), Workload: "W2", Runs: c.Sequential, Latency: LatencyOf(lat)}, nil
 }
 
 // OpenLoop starts n Three workflows on e, inputs 0..n-1, from starters
@@ -303,13 +373,33 @@ func OpenLoop(ctx context.Context, e Engine, n, starters int) (benchkit.Loop, er
 	})
 }
 
-// Latency is the median and 99th percentile of a set of durations, in ms.
-type Latency struct{ P50, P99 float64 }
+// Latency is the median, the 99th and 99.9th percentiles and the maximum
+// of a set of durations, in ms, as durable-bench reports them. With under
+// 1,000 durations the p99.9 (nearest rank) is the maximum.
+type Latency struct {
+	P50  float64 `json:"p50_ms"`
+	P99  float64 `json:"p99_ms"`
+	P999 float64 `json:"p999_ms"`
+	Max  float64 `json:"max_ms"`
+}
 
-// LatencyOf returns the nearest-rank p50 and p99 of ds (which it sorts).
+// LatencyOf returns the nearest-rank p50, p99 and p99.9, and the maximum,
+// of ds (which it sorts).
 func LatencyOf(ds []time.Duration) Latency {
 	slices.Sort(ds)
-	return Latency{P50: MS(benchkit.Quantile(ds, 0.50)), P99: MS(benchkit.Quantile(ds, 0.99))}
+	l := Latency{
+		P50:  MS(benchkit.Quantile(ds, 0.50)),
+		P99:  MS(benchkit.Quantile(ds, 0.99)),
+		P999: MS(benchkit.Quantile(ds, 0.999)),
+	}
+	if len(ds) > 0 {
+		l.Max = MS(ds[len(ds)-1])
+	}
+	return l
+}
+
+func (l Latency) text() string {
+	return fmt.Sprintf("p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, max %.3f ms", l.P50, l.P99, l.P999, l.Max)
 }
 
 // MS is d in milliseconds, to the microsecond.
@@ -329,12 +419,20 @@ func printTable(w io.Writer, p Peer, results []any) error {
 		case W1Result:
 			fmt.Fprintf(tw, "%s\tW1\tworkflows\t%d in %.3f s\n", r.Engine, r.Workflows, r.Seconds)
 			fmt.Fprintf(tw, "\t\tthroughput\t%.1f workflows/s\n", r.Throughput)
-			fmt.Fprintf(tw, "\t\tstart-to-result latency\tp50 %.3f ms, p99 %.3f ms\n", r.P50, r.P99)
-			fmt.Fprintf(tw, "\t\ttransactions committed\t%d (%.2f per step)\n", r.Commits, float64(r.Commits)/float64(3*r.Workflows))
-			fmt.Fprintf(tw, "\t\tbusy CPU per workflow\t%.3f ms (machine-wide, PostgreSQL included)\n", r.BusyCPU)
+			fmt.Fprintf(tw, "\t\tstart-to-result latency\t%s\n", r.Latency.text())
+			if r.Commits != nil {
+				fmt.Fprintf(tw, "\t\ttransactions committed\t%d (%.2f per step)\n", *r.Commits, float64(*r.Commits)/float64(3*r.Workflows))
+			} else {
+				fmt.Fprintf(tw, "\t\ttransactions committed\tskipped: %s\n", WhyNoCommitCount)
+			}
+			if r.Store == Postgres {
+				fmt.Fprintf(tw, "\t\tbusy CPU per workflow\t%.3f ms (machine-wide, PostgreSQL included)\n", r.BusyCPU)
+			} else {
+				fmt.Fprintf(tw, "\t\tbusy CPU per workflow\t%.3f ms (machine-wide)\n", r.BusyCPU)
+			}
 		case W2Result:
 			fmt.Fprintf(tw, "%s\tW2\tsequential round trips\t%d\n", r.Engine, r.Runs)
-			fmt.Fprintf(tw, "\t\tlatency\tp50 %.3f ms, p99 %.3f ms\n", r.P50, r.P99)
+			fmt.Fprintf(tw, "\t\tlatency\t%s\n", r.Latency.text())
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -415,3 +513,57 @@ func (d *DB) Close(keep bool, stderr io.Writer) error {
 func (d *DB) Commits(ctx context.Context) (int64, error) {
 	return benchkit.Commits(ctx, d.admin, d.Name)
 }
+
+// The bench database as a store.
+
+func (d *DB) String() string   { return "database " + d.Name }
+func (d *DB) location() string { return d.URL }
+func (d *DB) commits(ctx context.Context) (int64, bool, error) {
+	n, err := d.Commits(ctx)
+	return n, err == nil, err
+}
+func (d *DB) close(keep bool, stderr io.Writer) error { return d.Close(keep, stderr) }
+
+// sqliteName is the name of the bench's SQLite file in its directory (as
+// durable-bench's).
+const sqliteName = "bench.db"
+
+// SQLiteFile is the bench's SQLite file: its path in a new temporary
+// directory, where the engine creates it (with its WAL and shared-memory
+// files beside it).
+type SQLiteFile struct {
+	// Dir is the temporary directory, removed at the end.
+	Dir string
+	// Path is the SQLite file in Dir, not yet created.
+	Path string
+}
+
+// CreateSQLiteFile makes a new temporary directory durable-peer-* for the
+// bench's SQLite file.
+func CreateSQLiteFile() (*SQLiteFile, error) {
+	dir, err := os.MkdirTemp("", "durable-peer-")
+	if err != nil {
+		return nil, fmt.Errorf("make a directory for the SQLite file: %w (set TMPDIR to a writable directory)", err)
+	}
+	return &SQLiteFile{Dir: dir, Path: filepath.Join(dir, sqliteName)}, nil
+}
+
+// Close removes the file's directory, unless keep: then it says where the
+// file is.
+func (f *SQLiteFile) Close(keep bool, stderr io.Writer) error {
+	if keep {
+		fmt.Fprintf(stderr, "kept SQLite file %s\n", f.Path)
+		return nil
+	}
+	if err := os.RemoveAll(f.Dir); err != nil {
+		return fmt.Errorf("remove the SQLite file's directory: %w", err)
+	}
+	return nil
+}
+
+// The SQLite file as a store: it keeps no commit count.
+
+func (f *SQLiteFile) String() string                               { return "SQLite file " + f.Path }
+func (f *SQLiteFile) location() string                             { return f.Path }
+func (f *SQLiteFile) commits(context.Context) (int64, bool, error) { return 0, false, nil }
+func (f *SQLiteFile) close(keep bool, stderr io.Writer) error      { return f.Close(keep, stderr) }
