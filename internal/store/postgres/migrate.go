@@ -7,11 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
 
+	"github.com/durable-go/durable/internal/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,38 +22,10 @@ var migrationFS embed.FS
 const migrationLockID int64 = 0x2a6d1f0c9e4b7a31
 
 // Migration is one versioned, forward-only schema change.
-type Migration struct {
-	Version int
-	Name    string
-	SQL     string
-}
+type Migration = store.Migration
 
 // Migrations returns the embedded migrations in version order.
-func Migrations() []Migration {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		panic(err) // embedded at build time; cannot fail
-	}
-	var ms []Migration
-	for _, e := range entries {
-		name := e.Name()
-		num, _, ok := strings.Cut(name, "_")
-		if !ok {
-			panic("migration file without version prefix: " + name)
-		}
-		v, err := strconv.Atoi(num)
-		if err != nil {
-			panic("migration file without version prefix: " + name)
-		}
-		b, err := migrationFS.ReadFile("migrations/" + name)
-		if err != nil {
-			panic(err)
-		}
-		ms = append(ms, Migration{Version: v, Name: strings.TrimSuffix(name, ".sql"), SQL: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
-	return ms
-}
+func Migrations() []Migration { return store.ReadMigrations(migrationFS, "migrations") }
 
 // SchemaVersion is the schema version this build needs.
 func SchemaVersion() int {

@@ -5,10 +5,6 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/durable-go/durable/internal/store"
 )
@@ -17,35 +13,10 @@ import (
 var migrationFS embed.FS
 
 // Migration is one versioned, forward-only schema change.
-type Migration struct {
-	Version int
-	Name    string
-	SQL     string
-}
+type Migration = store.Migration
 
 // Migrations returns the embedded migrations in version order.
-func Migrations() []Migration {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		panic(err) // embedded at build time; cannot fail
-	}
-	var ms []Migration
-	for _, e := range entries {
-		name := e.Name()
-		num, _, ok := strings.Cut(name, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil {
-			panic("sqlite migration file without a version prefix: " + name)
-		}
-		b, err := migrationFS.ReadFile("migrations/" + name)
-		if err != nil {
-			panic(err)
-		}
-		ms = append(ms, Migration{Version: v, Name: strings.TrimSuffix(name, ".sql"), SQL: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
-	return ms
-}
+func Migrations() []Migration { return store.ReadMigrations(migrationFS, "migrations") }
 
 // SchemaVersion is the schema version this build needs.
 func SchemaVersion() int {
