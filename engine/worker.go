@@ -264,16 +264,10 @@ func pollLoop[T any](ctx context.Context, e *Engine, kind string, key store.Note
 			continue // there may be more
 		}
 		wait := e.opts.PollInterval
-		// Sleep until the next task comes due. One due before the claim
-		// that the claim left is of a type this worker does not have; one
-		// that came due since (a retry due a few milliseconds after it was
-		// recorded) is claimed at once.
 		if due, ok, err := e.store.NextDue(ctx, kind, queue); err == nil && ok {
-			if due.After(claimedAt) && !due.After(e.dueNow()) {
+			var again bool
+			if again, wait = pollWait(due, claimedAt, e.dueNow(), wait); again {
 				continue
-			}
-			if left := due.Sub(e.dueNow()); left > 0 {
-				wait = min(wait, left)
 			}
 		}
 		t := time.NewTimer(wait)
@@ -286,6 +280,27 @@ func pollLoop[T any](ctx context.Context, e *Engine, kind string, key store.Note
 		}
 		t.Stop()
 	}
+}
+
+// pollWait says what a poller whose claim at claimedAt came back short
+// does, given the queue's next due task at due and the clock at now: claim
+// again at once (a task that came due since the claim, such as a retry due
+// a few milliseconds after it was recorded), or sleep until due, at most
+// poll. A task due before the claim that the claim left is of a type this
+// worker does not have: it waits for poll.
+//
+// now is read once. Read twice, once to ask whether the task had come due
+// and again for how long until it does, a task coming due between the two
+// reads got neither answer, and its poller slept the whole poll interval
+// (the five-second stalls of W2 from another process, 2026-12-03).
+func pollWait(due, claimedAt, now time.Time, poll time.Duration) (again bool, wait time.Duration) {
+	if due.After(claimedAt) && !due.After(now) {
+		return true, 0
+	}
+	if left := due.Sub(now); left > 0 {
+		return false, min(poll, left)
+	}
+	return false, poll
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
