@@ -397,31 +397,39 @@ func (h *Hub) dispatch(n store.Note) {
 		}
 		return
 	}
+	h.wakeLocked(n)
+}
+
+// wakeLocked wakes this engine's pollers of n's key. h.mu is held.
+func (h *Hub) wakeLocked(n store.Note) {
 	for _, w := range h.wakes[n] {
 		signal(w.C)
 	}
 }
 
-// sendIfStopped sends the pending notes itself, at once, if no send loop
-// runs to send them: a caller may publish just after the hub stopped (a
-// client whose last Result's linger ran out). h.mu is held; it is released
-// for the send and taken again.
-func (h *Hub) sendIfStopped() {
-	if h.sending || len(h.pending) == 0 {
-		return
-	}
+// takePending returns the pending notes and clears them. h.mu is held.
+func (h *Hub) takePending() []store.Note {
 	notes := make([]store.Note, 0, len(h.pending))
 	for n := range h.pending {
 		notes = append(notes, n)
 	}
 	clear(h.pending)
-	h.mu.Unlock()
-	defer h.mu.Lock()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	return notes
+}
+
+// send sends notes to other processes in one transaction. Lost
+// notifications cost other processes latency (their next poll), never
+// work: they are not sent again.
+func (h *Hub) send(ctx context.Context, notes []store.Note) {
+	if h.sent != nil {
+		h.sent(notes)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := h.store.Notify(ctx, notes); err != nil {
-		h.log.LogAttrs(ctx, slog.LevelWarn, "send notifications; workers pick the work up at their next poll",
-			slog.String("error", err.Error()))
+	if err := h.store.Notify(sctx, notes); err != nil {
+		h.DB.Fail(ctx, "send notifications", err, 0)
+	} else {
+		h.DB.OK(ctx, "send notifications")
 	}
 }
 
@@ -431,20 +439,17 @@ func (h *Hub) WakeLocal(notes ...store.Note) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, n := range notes {
-		for _, w := range h.wakes[n] {
-			signal(w.C)
-		}
+		h.wakeLocked(n)
 	}
 }
 
 // Publish announces notes: to this process's subscribers at once, and to
 // other processes by a notification that the send loop batches. Work that
 // a local worker with a free slot will take is not announced to other
-// processes.
+// processes. If no send loop runs (the hub has stopped: a client whose
+// last Result's linger ran out), Publish sends the notes itself, at once.
 func (h *Hub) Publish(notes ...store.Note) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	defer h.sendIfStopped()
 	for _, n := range notes {
 		taken := false
 		if n.Kind == store.NoteClosed {
@@ -463,6 +468,14 @@ func (h *Hub) Publish(notes ...store.Note) {
 		}
 	}
 	signal(h.flush)
+	var direct []store.Note
+	if !h.sending && len(h.pending) > 0 {
+		direct = h.takePending()
+	}
+	h.mu.Unlock()
+	if len(direct) > 0 {
+		h.send(context.Background(), direct)
+	}
 }
 
 // sendLoop sends pending notifications, all that piled up since the
@@ -491,26 +504,10 @@ func (h *Hub) sendLoop(ctx context.Context, done chan struct{}) {
 			}
 		}
 		h.mu.Lock()
-		notes := make([]store.Note, 0, len(h.pending))
-		for n := range h.pending {
-			notes = append(notes, n)
-		}
-		clear(h.pending)
+		notes := h.takePending()
 		h.mu.Unlock()
 		if len(notes) > 0 {
-			if h.sent != nil {
-				h.sent(notes)
-			}
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			err := h.store.Notify(sctx, notes)
-			cancel()
-			// Lost notifications cost other processes latency (their next
-			// poll), never work: they are not sent again.
-			if err != nil {
-				h.DB.Fail(ctx, "send notifications", err, 0)
-			} else {
-				h.DB.OK(ctx, "send notifications")
-			}
+			h.send(ctx, notes)
 		}
 		h.mu.Lock()
 		busy := len(h.pending) > 0
