@@ -81,12 +81,16 @@ func (b *Backlog) Push(runID string, acts []store.NewActivityTask) {
 	if len(acts) == 0 {
 		return
 	}
+	var queues []string // the queues pushed to, each once
+	for _, a := range acts {
+		if !slices.Contains(queues, a.Queue) {
+			queues = append(queues, a.Queue)
+		}
+	}
 	if b.pushed != nil {
 		defer func() { // once the entries are in, and b.mu released
-			for i, a := range acts {
-				if !slices.ContainsFunc(acts[:i], func(o store.NewActivityTask) bool { return o.Queue == a.Queue }) {
-					b.pushed(a.Queue)
-				}
+			for _, q := range queues {
+				b.pushed(q)
 			}
 		}()
 	}
@@ -106,17 +110,14 @@ func (b *Backlog) Push(runID string, acts []store.NewActivityTask) {
 	if b.ready == nil {
 		return
 	}
-	for i, a := range acts {
-		if slices.ContainsFunc(acts[:i], func(o store.NewActivityTask) bool { return o.Queue == a.Queue }) {
-			continue // this push's activities share their queue's timer
-		}
+	for _, name := range queues { // a push's activities share their queue's timer
 		// Their hold ends before now+Hold: it began when the commit
 		// that wrote them was made.
-		if q := b.queues[a.Queue]; q.armed {
+		if q := b.queues[name]; q.armed {
 			q.pushed = true
 		} else {
 			q.armed = true
-			b.armReady(a.Queue, q)
+			b.armReady(name, q)
 		}
 	}
 }
