@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/durable-go/durable/internal/benchkit"
 	"github.com/durable-go/durable/internal/pgtest"
 )
 
@@ -314,6 +315,6 @@ func TestLatencyOf(t *testing.T) {
 	for i := range ds {
 		ds[i] = time.Duration(2000-i) * time.Millisecond
 	}
-	require.Equal(t, latency{P50: 1000, P99: 1980, P999: 1998, Max: 2000}, latencyOf(ds))
-	require.Equal(t, latency{}, latencyOf(nil))
+	require.Equal(t, latency{P50: 1000, P99: 1980, P999: 1998, Max: 2000}, benchkit.LatencyOf(ds))
+	require.Equal(t, latency{}, benchkit.LatencyOf(nil))
 }

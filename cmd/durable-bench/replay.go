@@ -91,7 +91,7 @@ func (b *bench) w4(ctx context.Context) (result, error) {
 		warm = append(warm, d)
 	}
 	slices.Sort(warm)
-	res.MemoryColdMS, res.MemoryMS = ms(cold), ms(benchkit.Quantile(warm, 0.5))
+	res.MemoryColdMS, res.MemoryMS = benchkit.MS(cold), benchkit.MS(benchkit.Quantile(warm, 0.5))
 
 	res.FileBytes, res.FileMS, err = replayFile(ctx, rp, h)
 	if err != nil {
@@ -144,7 +144,7 @@ func replayFile(ctx context.Context, rp *engine.Replayer, h history.History) (in
 	if err != nil {
 		return 0, 0, err
 	}
-	return st.Size(), ms(d), nil
+	return st.Size(), benchkit.MS(d), nil
 }
 
 // recordedRun runs a TimedLoop of steps activities on e, timing each step,
@@ -158,22 +158,22 @@ func (b *bench) recordedRun(ctx context.Context, e *engine.Engine, clock *stepCl
 	if _, err := run.Result(ctx); err != nil {
 		return fmt.Errorf("recorded run: %w", err)
 	}
-	res.RecordedSeconds = round(time.Since(t0).Seconds(), 3)
+	res.RecordedSeconds = benchkit.Round(time.Since(t0).Seconds(), 3)
 	gaps := clock.gaps()
 	if len(gaps) < 10 {
 		return fmt.Errorf("recorded run: %d steps timed, want at least 10 (raise -events)", len(gaps)+1)
 	}
 	res.Steps = len(gaps) + 1
 	tenth := len(gaps) / 10
-	res.StepFirstTenth = ms(median(gaps[:tenth]))
-	res.StepLastTenth = ms(median(gaps[len(gaps)-tenth:]))
-	res.Step = latencyOf(gaps)
+	res.StepFirstTenth = benchkit.MS(median(gaps[:tenth]))
+	res.StepLastTenth = benchkit.MS(median(gaps[len(gaps)-tenth:]))
+	res.Step = benchkit.LatencyOf(gaps)
 
 	t0 = time.Now()
 	if err := e.ReplayRun(ctx, run.WorkflowID); err != nil {
 		return fmt.Errorf("replay from the database: %w", err)
 	}
-	res.DatabaseMS = ms(time.Since(t0))
+	res.DatabaseMS = benchkit.MS(time.Since(t0))
 	h, err := e.ExportHistory(ctx, run.WorkflowID)
 	if err != nil {
 		return err

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"slices"
-	"time"
 
 	"github.com/durable-go/durable/internal/benchkit"
 )
@@ -52,41 +50,12 @@ type skippedResult struct{ head }
 
 func (r skippedResult) rows() []row { return []row{{"not run on " + r.Store, r.skipped()}} }
 
-// latency is the median, 99th and 99.9th percentiles and the maximum of a
-// set of durations, in milliseconds. With under 1,000 of them the p99.9
-// (nearest rank) is the maximum.
-type latency struct {
-	P50  float64 `json:"p50_ms"`
-	P99  float64 `json:"p99_ms"`
-	P999 float64 `json:"p999_ms"`
-	Max  float64 `json:"max_ms"`
-}
+// latency is benchkit.Latency, which the peer benchmarks report too.
+type latency = benchkit.Latency
 
-// latencyOf returns the nearest-rank p50, p99 and p99.9, and the maximum,
-// of ds (which it sorts).
-func latencyOf(ds []time.Duration) latency {
-	slices.Sort(ds)
-	l := latency{
-		P50:  ms(benchkit.Quantile(ds, 0.50)),
-		P99:  ms(benchkit.Quantile(ds, 0.99)),
-		P999: ms(benchkit.Quantile(ds, 0.999)),
-	}
-	if len(ds) > 0 {
-		l.Max = ms(ds[len(ds)-1])
-	}
-	return l
-}
-
-func (l latency) text() string {
+// latencyText formats l for the table.
+func latencyText(l latency) string {
 	return fmt.Sprintf("p50 %s ms, p99 %s ms, p99.9 %s ms, max %s ms", num(l.P50), num(l.P99), num(l.P999), num(l.Max))
-}
-
-// ms is d in milliseconds, to the microsecond.
-func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
-
-func round(x float64, digits int) float64 {
-	p := math.Pow(10, float64(digits))
-	return math.Round(x*p) / p
 }
 
 // num formats x with three significant digits, or as an integer when it
@@ -126,16 +95,16 @@ type loadFigures struct {
 func newLoadFigures(workflows int, lt benchkit.Loop) loadFigures {
 	return loadFigures{
 		Workflows:  workflows,
-		Seconds:    round(lt.Span.Seconds(), 3),
-		Throughput: round(float64(workflows)/lt.Span.Seconds(), 1),
-		latency:    latencyOf(lt.Lat),
-		BusyCPU:    round(ms(lt.Busy)/float64(workflows), 3),
+		Seconds:    benchkit.Round(lt.Span.Seconds(), 3),
+		Throughput: benchkit.Round(float64(workflows)/lt.Span.Seconds(), 1),
+		latency:    benchkit.LatencyOf(lt.Lat),
+		BusyCPU:    benchkit.Round(benchkit.MS(lt.Busy)/float64(workflows), 3),
 	}
 }
 
 // withCommits returns f with the database's commits over the loop.
 func (f loadFigures) withCommits(commits int64) loadFigures {
-	perStep := round(float64(commits)/float64(f.Workflows*3), 3)
+	perStep := benchkit.Round(float64(commits)/float64(f.Workflows*3), 3)
 	f.Commits, f.CommitsPerStep = &commits, &perStep
 	return f
 }
@@ -165,7 +134,7 @@ func (r w1Result) rows() []row {
 	return []row{
 		{fmt.Sprintf("%d workflows of 3 %s, %d starters, in-process", r.Workflows, activities(r.ActivityMS), r.Starters),
 			fmt.Sprintf("%s workflows/s (%s s)", num(r.Throughput), num(r.Seconds))},
-		{"start to result", r.latency.text()},
+		{"start to result", latencyText(r.latency)},
 		{"transactions per activity step", commits},
 		{"busy CPU per workflow, machine-wide", num(r.BusyCPU) + " ms"},
 	}
@@ -184,7 +153,7 @@ type w2Result struct {
 
 func (r w2Result) rows() []row {
 	return []row{
-		{fmt.Sprintf("%d x start + result of a one-activity workflow, in the worker process", r.Runs), r.InProcess.text()},
+		{fmt.Sprintf("%d x start + result of a one-activity workflow, in the worker process", r.Runs), latencyText(r.InProcess)},
 		{"the same from a process that does not run the engine", r.figure(r.CrossProcess)},
 		{"the same while another Result waits in that process", r.figure(r.CrossProcessListening)},
 	}
@@ -195,7 +164,7 @@ func (h head) figure(l *latency) string {
 	if l == nil {
 		return h.skipped()
 	}
-	return l.text()
+	return latencyText(*l)
 }
 
 type w3Result struct {
@@ -208,7 +177,7 @@ type w3Result struct {
 
 func (r w3Result) rows() []row {
 	return []row{
-		{fmt.Sprintf("%d runs sleeping %s ms: result seen - (start call + sleep)", r.Runs, num(r.SleepMS)), r.Lateness.text()},
+		{fmt.Sprintf("%d runs sleeping %s ms: result seen - (start call + sleep)", r.Runs, num(r.SleepMS)), latencyText(r.Lateness)},
 		{"time to start them all", num(r.StartSeconds) + " s"},
 	}
 }
@@ -234,7 +203,7 @@ func (r w4Result) rows() []row {
 		{fmt.Sprintf("replay %d events from memory, cold / median of 5 more", r.Events), fmt.Sprintf("%s ms / %s ms", num(r.MemoryColdMS), num(r.MemoryMS))},
 		{fmt.Sprintf("import a %s KB file and replay it", num(float64(r.FileBytes)/1024)), num(r.FileMS) + " ms"},
 		{fmt.Sprintf("replay a recorded run of %d events from the database", r.DatabaseEvents), num(r.DatabaseMS) + " ms"},
-		{fmt.Sprintf("one step of that run, cached (%d steps, %s s)", r.Steps, num(r.RecordedSeconds)), r.Step.text()},
+		{fmt.Sprintf("one step of that run, cached (%d steps, %s s)", r.Steps, num(r.RecordedSeconds)), latencyText(r.Step)},
 		{"step p50: first tenth / last tenth of the run", fmt.Sprintf("%s ms / %s ms", num(r.StepFirstTenth), num(r.StepLastTenth))},
 	}
 }
@@ -279,7 +248,7 @@ func (r w6Result) rows() []row {
 		rows = append(rows, row{
 			fmt.Sprintf("%d workflows of 3 %s, %d engine process(es), started from another", p.Workflows, activities(r.ActivityMS), p.Processes),
 			fmt.Sprintf("%s workflows/s (x%s), %s, %s transactions/step, %s ms CPU/workflow",
-				num(p.Throughput), num(p.Speedup), p.latency.text(), p.perStep(), num(p.BusyCPU)),
+				num(p.Throughput), num(p.Speedup), latencyText(p.latency), p.perStep(), num(p.BusyCPU)),
 		})
 	}
 	return rows

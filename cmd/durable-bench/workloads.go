@@ -145,7 +145,7 @@ func sequential(ctx context.Context, e *engine.Engine, n int) ([]time.Duration, 
 // w1 is W1: the open-loop throughput of three-activity workflows, with the
 // starters in the engine's process.
 func (b *bench) w1(ctx context.Context) (result, error) {
-	res := w1Result{head: b.head("W1"), Starters: b.cfg.starters, ActivityMS: ms(b.cfg.activityTime)}
+	res := w1Result{head: b.head("W1"), Starters: b.cfg.starters, ActivityMS: benchkit.MS(b.cfg.activityTime)}
 	if b.sqlite() {
 		res.skip("xact_commits, commits_per_step", whyNoCommitCount)
 		lt, err := b.inProcessLoad(ctx)
@@ -194,7 +194,7 @@ func (b *bench) w2(ctx context.Context) (result, error) {
 	if err := errors.Join(err, r.stop()); err != nil {
 		return nil, fmt.Errorf("in-process: %w", err)
 	}
-	res := w2Result{head: b.head("W2"), Runs: b.cfg.sequential, InProcess: latencyOf(in)}
+	res := w2Result{head: b.head("W2"), Runs: b.cfg.sequential, InProcess: benchkit.LatencyOf(in)}
 	if b.sqlite() {
 		res.skip("cross_process, cross_process_listening", whyCrossProcess)
 		return res, nil
@@ -213,7 +213,7 @@ func (b *bench) w2(ctx context.Context) (result, error) {
 	if err := errors.Join(err, w.stop()); err != nil {
 		return nil, fmt.Errorf("cross-process: %w", err)
 	}
-	c, l := latencyOf(cross), latencyOf(listening)
+	c, l := benchkit.LatencyOf(cross), benchkit.LatencyOf(listening)
 	res.CrossProcess, res.CrossProcessListening = &c, &l
 	return res, nil
 }
@@ -279,8 +279,8 @@ func (b *bench) w3(ctx context.Context) (result, error) {
 		lt.Lat[i] -= sleep
 	}
 	return w3Result{
-		head: b.head("W3"), Runs: b.cfg.sleepers, SleepMS: ms(sleep),
-		StartSeconds: round(lt.Started.Seconds(), 3), Lateness: latencyOf(lt.Lat),
+		head: b.head("W3"), Runs: b.cfg.sleepers, SleepMS: benchkit.MS(sleep),
+		StartSeconds: benchkit.Round(lt.Started.Seconds(), 3), Lateness: benchkit.LatencyOf(lt.Lat),
 	}, nil
 }
 
@@ -292,7 +292,7 @@ func (b *bench) w6(ctx context.Context) (result, error) {
 		res.skip("", whyProcesses)
 		return res, nil
 	}
-	res := w6Result{head: b.head("W6"), Starters: b.cfg.starters, ActivityMS: ms(b.cfg.activityTime)}
+	res := w6Result{head: b.head("W6"), Starters: b.cfg.starters, ActivityMS: benchkit.MS(b.cfg.activityTime)}
 	for _, procs := range b.cfg.procs {
 		c0, err := b.commits(ctx)
 		if err != nil {
@@ -323,7 +323,7 @@ func (b *bench) w6(ctx context.Context) (result, error) {
 	}
 	base := res.Points[0].Throughput
 	for i := range res.Points {
-		res.Points[i].Speedup = round(res.Points[i].Throughput/base, 2)
+		res.Points[i].Speedup = benchkit.Round(res.Points[i].Throughput/base, 2)
 	}
 	return res, nil
 }
@@ -409,9 +409,9 @@ func (b *bench) sleepingRuns(ctx context.Context, r *running, st dbStats) (resul
 	}
 	return w5Result{
 		head: b.head("W5"), Runs: n, GoroutinesAdded: g1 - g0,
-		HeapBytesPerRun:  round((float64(h1)-float64(h0))/float64(n), 1),
-		DBBytesPerRun:    round(float64(db1-db0)/float64(n), 1),
-		SleepingRunsPerS: round(float64(n)/elapsed.Seconds(), 1),
+		HeapBytesPerRun:  benchkit.Round((float64(h1)-float64(h0))/float64(n), 1),
+		DBBytesPerRun:    benchkit.Round(float64(db1-db0)/float64(n), 1),
+		SleepingRunsPerS: benchkit.Round(float64(n)/elapsed.Seconds(), 1),
 	}, nil
 }
 

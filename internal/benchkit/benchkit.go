@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -175,4 +176,35 @@ func Commits(ctx context.Context, q Querier, dbName string) (int64, error) {
 		return 0, fmt.Errorf("read commit count of %s: %w", dbName, err)
 	}
 	return n, nil
+}
+
+// Latency is the median, the 99th and 99.9th percentiles and the maximum
+// of a set of durations, in milliseconds, as the load driver and the peer
+// benchmarks report them. With under 1,000 durations the p99.9 (nearest
+// rank) is the maximum.
+type Latency struct {
+	P50  float64 `json:"p50_ms"`
+	P99  float64 `json:"p99_ms"`
+	P999 float64 `json:"p999_ms"`
+	Max  float64 `json:"max_ms"`
+}
+
+// LatencyOf returns the nearest-rank p50, p99 and p99.9, and the maximum,
+// of ds (which it sorts).
+func LatencyOf(ds []time.Duration) Latency {
+	slices.Sort(ds)
+	l := Latency{P50: MS(Quantile(ds, 0.50)), P99: MS(Quantile(ds, 0.99)), P999: MS(Quantile(ds, 0.999))}
+	if len(ds) > 0 {
+		l.Max = MS(ds[len(ds)-1])
+	}
+	return l
+}
+
+// MS is d in milliseconds, to the microsecond.
+func MS(d time.Duration) float64 { return Round(float64(d)/float64(time.Millisecond), 3) }
+
+// Round rounds x to digits decimal places.
+func Round(x float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(x*p) / p
 }

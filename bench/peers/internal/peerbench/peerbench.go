@@ -19,7 +19,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -318,10 +317,10 @@ func w1(ctx context.Context, c Config, p Peer, db store) (W1Result, error) {
 	}
 	r := W1Result{
 		Engine: p.Name, Store: p.store(), Workload: "W1", Workflows: c.N,
-		Seconds:    Round(lt.Span.Seconds(), 3),
-		Throughput: Round(float64(c.N)/lt.Span.Seconds(), 1),
-		Latency:    LatencyOf(lt.Lat),
-		BusyCPU:    Round(MS(lt.Busy)/float64(c.N), 3),
+		Seconds:    benchkit.Round(lt.Span.Seconds(), 3),
+		Throughput: benchkit.Round(float64(c.N)/lt.Span.Seconds(), 1),
+		Latency:    benchkit.LatencyOf(lt.Lat),
+		BusyCPU:    benchkit.Round(benchkit.MS(lt.Busy)/float64(c.N), 3),
 	}
 	if !counted {
 		r.Skipped = "xact_commits: " + WhyNoCommitCount
@@ -356,7 +355,7 @@ func w2(ctx context.Context, c Config, p Peer, db store) (W2Result, error) {
 	if err := errors.Join(err, e.Stop(context.WithoutCancel(ctx))); err != nil {
 		return W2Result{}, err
 	}
-	return W2Result{Engine: p.Name, Store: p.store(), Workload: "W2", Runs: c.Sequential, Latency: LatencyOf(lat)}, nil
+	return W2Result{Engine: p.Name, Store: p.store(), Workload: "W2", Runs: c.Sequential, Latency: benchkit.LatencyOf(lat)}, nil
 }
 
 // OpenLoop starts n Three workflows on e, inputs 0..n-1, from starters
@@ -373,42 +372,12 @@ func OpenLoop(ctx context.Context, e Engine, n, starters int) (benchkit.Loop, er
 	})
 }
 
-// Latency is the median, the 99th and 99.9th percentiles and the maximum
-// of a set of durations, in ms, as durable-bench reports them. With under
-// 1,000 durations the p99.9 (nearest rank) is the maximum.
-type Latency struct {
-	P50  float64 `json:"p50_ms"`
-	P99  float64 `json:"p99_ms"`
-	P999 float64 `json:"p999_ms"`
-	Max  float64 `json:"max_ms"`
-}
+// Latency is benchkit.Latency, the load driver's.
+type Latency = benchkit.Latency
 
-// LatencyOf returns the nearest-rank p50, p99 and p99.9, and the maximum,
-// of ds (which it sorts).
-func LatencyOf(ds []time.Duration) Latency {
-	slices.Sort(ds)
-	l := Latency{
-		P50:  MS(benchkit.Quantile(ds, 0.50)),
-		P99:  MS(benchkit.Quantile(ds, 0.99)),
-		P999: MS(benchkit.Quantile(ds, 0.999)),
-	}
-	if len(ds) > 0 {
-		l.Max = MS(ds[len(ds)-1])
-	}
-	return l
-}
-
-func (l Latency) text() string {
+// latencyText formats l for the table.
+func latencyText(l Latency) string {
 	return fmt.Sprintf("p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, max %.3f ms", l.P50, l.P99, l.P999, l.Max)
-}
-
-// MS is d in milliseconds, to the microsecond.
-func MS(d time.Duration) float64 { return Round(float64(d)/float64(time.Millisecond), 3) }
-
-// Round rounds x to digits decimal places.
-func Round(x float64, digits int) float64 {
-	p := math.Pow(10, float64(digits))
-	return math.Round(x*p) / p
 }
 
 func printTable(w io.Writer, p Peer, results []any) error {
@@ -419,7 +388,7 @@ func printTable(w io.Writer, p Peer, results []any) error {
 		case W1Result:
 			fmt.Fprintf(tw, "%s\tW1\tworkflows\t%d in %.3f s\n", r.Engine, r.Workflows, r.Seconds)
 			fmt.Fprintf(tw, "\t\tthroughput\t%.1f workflows/s\n", r.Throughput)
-			fmt.Fprintf(tw, "\t\tstart-to-result latency\t%s\n", r.Latency.text())
+			fmt.Fprintf(tw, "\t\tstart-to-result latency\t%s\n", latencyText(r.Latency))
 			if r.Commits != nil {
 				fmt.Fprintf(tw, "\t\ttransactions committed\t%d (%.2f per step)\n", *r.Commits, float64(*r.Commits)/float64(3*r.Workflows))
 			} else {
@@ -432,7 +401,7 @@ func printTable(w io.Writer, p Peer, results []any) error {
 			}
 		case W2Result:
 			fmt.Fprintf(tw, "%s\tW2\tsequential round trips\t%d\n", r.Engine, r.Runs)
-			fmt.Fprintf(tw, "\t\tlatency\t%s\n", r.Latency.text())
+			fmt.Fprintf(tw, "\t\tlatency\t%s\n", latencyText(r.Latency))
 		}
 	}
 	if err := tw.Flush(); err != nil {
