@@ -182,7 +182,6 @@ func (d *dispatcher) close() {
 func (d *dispatcher) closeRest() {
 	d.closing = true
 	d.w.arm(d.bound())
-	defer d.w.disarm()
 	for _, c := range d.coros {
 		if c.finished || c == d.spinner {
 			continue
@@ -192,10 +191,16 @@ func (d *dispatcher) closeRest() {
 		c.resume <- false
 		if !d.wait(c, began) { // a deferred function does not yield either
 			d.abandon(c)
+			// Disarmed before close, whose closeRest arms the watchdog
+			// again on another goroutine once c is gone: a deferred
+			// disarm raced with it (the race detector, in the chaos
+			// rig's short mode, 2026-12-03).
+			d.w.disarm()
 			d.close()
 			return
 		}
 	}
+	d.w.disarm()
 	d.current = nil
 	d.coros = nil
 }
