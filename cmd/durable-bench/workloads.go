@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -381,6 +382,22 @@ func (s postgresStats) timersAndTasks(ctx context.Context) (timers, tasks int, e
 func (s postgresStats) size(ctx context.Context) (int64, error) { return s.b.dbSize(ctx) }
 func (postgresStats) close() error                              { return nil }
 
+// quiesce waits, at most 10 s, until the goroutine count is back to base
+// or has held still for 200 ms: the last steps' goroutines (a commit's
+// follow-up, a slot finishing) end after the runs are asleep, and are not
+// what a sleeping run holds.
+func quiesce(base int) {
+	last, still := runtime.NumGoroutine(), 0
+	for deadline := time.Now().Add(10 * time.Second); last > base && still < 10 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond) // sampling a count, not waiting for an event
+		if g := runtime.NumGoroutine(); g == last {
+			still++
+		} else {
+			last, still = g, 0
+		}
+	}
+}
+
 func (b *bench) sleepingRuns(ctx context.Context, r *running, st dbStats) (result, error) {
 	timers0, _, err := st.timersAndTasks(ctx)
 	if err != nil {
@@ -402,6 +419,7 @@ func (b *bench) sleepingRuns(ctx context.Context, r *running, st dbStats) (resul
 		return nil, err
 	}
 	elapsed := time.Since(t0)
+	quiesce(g0)
 	g1, h1 := measureMemory()
 	db1, err := st.size(ctx)
 	if err != nil {
