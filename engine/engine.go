@@ -333,15 +333,7 @@ func newEngine(st store.Store, pg *pgBackend, opts Options, wrap func(store.Stor
 	e.hub.BackstopEvery = opts.PollInterval
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if opts.SkipMigrate {
-		have, want, err := e.store.SchemaVersion(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("engine: %w", err)
-		}
-		if have != want {
-			return nil, fmt.Errorf("engine: schema is at version %d, this build needs %d: run `durable migrate`", have, want)
-		}
-	} else if _, err := e.store.Migrate(ctx); err != nil {
+	if err := e.prepareSchema(ctx); err != nil { // schema.go
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	e.nowFunc = opts.NowFunc

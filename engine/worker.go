@@ -95,10 +95,14 @@ func (e *Engine) Run(ctx context.Context) error {
 		defer wg.Done()
 		e.pollGauges(ctx, e.opts.MetricsInterval)
 	}()
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		e.expireUnstarted(ctx) // activitytimeouts.go
+	}()
+	go func() {
+		defer wg.Done()
+		e.recordSelf(ctx) // schema.go
 	}()
 	go func() {
 		defer wg.Done()

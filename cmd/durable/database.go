@@ -165,20 +165,22 @@ func (a *app) store(ctx context.Context) (store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	have, want, err := a.schemaVersion(ctx, s)
+	sc, err := a.schemaVersion(ctx, s)
 	if err != nil {
 		return nil, err
 	}
 	switch {
-	case have < want:
+	case sc.Have < sc.Want:
 		how := "run `durable migrate` (or apply `durable migrate print` with your own tools)"
 		if a.db.kind == storeSQLite {
 			how = "run `durable migrate`"
 		}
 		return nil, &exitError{code: exitSchema, err: fmt.Errorf(
-			"database schema is at version %d, this binary needs %d: %s", have, want, how)}
-	case have > want:
-		fmt.Fprintf(a.stderr, "durable: warning: database schema is at version %d, newer than this binary's %d: upgrade durable\n", have, want)
+			"database schema is at version %d, this binary needs %d: %s", sc.Have, sc.Want, how)}
+	case sc.Want < sc.Oldest:
+		return nil, &exitError{code: exitSchema, err: fmt.Errorf(
+			"database schema is at version %d, and its migrations need a binary built for version %d or later; this one is for %d: upgrade durable",
+			sc.Have, sc.Oldest, sc.Want)}
 	}
 	return s, nil
 }
@@ -186,13 +188,13 @@ func (a *app) store(ctx context.Context) (store.Store, error) {
 // schemaVersion reads s's schema version. A SQLite file that opens but
 // cannot be read (not a database, say) is exit code 4, as one that does
 // not open.
-func (a *app) schemaVersion(ctx context.Context, s store.Store) (have, want int, err error) {
-	have, want, err = s.SchemaVersion(ctx)
+func (a *app) schemaVersion(ctx context.Context, s store.Store) (store.Schema, error) {
+	sc, err := s.SchemaVersion(ctx)
 	if err != nil && a.db.kind == storeSQLite && ctx.Err() == nil {
-		return 0, 0, &exitError{code: exitUnreachable, err: fmt.Errorf(
+		return sc, &exitError{code: exitUnreachable, err: fmt.Errorf(
 			"cannot read the SQLite database %s: %w\ncheck --db (or DATABASE_URL): it names a durable SQLite database", a.db.target, err)}
 	}
-	return have, want, err
+	return sc, err
 }
 
 // clientEngine returns an engine on the command's database (which store

@@ -13,6 +13,7 @@ import (
 )
 
 func (a *app) migrateCommand() *cobra.Command {
+	var dryRun, force bool
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply the schema migrations the database lacks",
@@ -23,32 +24,65 @@ while it works; on SQLite each migration's transaction holds the file's
 write lock. engine.New and engine.Open do the same unless
 Options.SkipMigrate is set.
 
+Each migration says the oldest schema version an engine may be built for
+and still run once it is applied: a migration that only adds lets the
+previous release's engines run on beside it (a rolling deploy), one that
+removes does not. Running engines record themselves in the database; migrate
+refuses (exit 5) to apply a migration that engines seen in the last minute
+cannot run with, and names them. Stop them first, or pass --force and accept
+that they fail. --dry-run prints the migrations it would apply, the engines
+running and the schema version each needs, and changes nothing; it exits 5
+when migrate would refuse.
+
 On SQLite, migrate creates the file, and its directory, if they are not
 there: the other commands do not.
 
 Migrations only go forward. To apply PostgreSQL's with your own tools
-instead, take the SQL from 'durable migrate print'.`,
+instead, take the SQL from 'durable migrate print'. See
+docs/compatibility.md.`,
+		Example: `  durable migrate --dry-run
+  durable migrate`,
 		Args: cobra.NoArgs,
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			s, err := a.open(ctx, true)
+			s, err := a.open(ctx, !dryRun)
 			if err != nil {
 				return err
 			}
 			// Read first: a file that is no database is exit code 4.
-			if _, _, err := a.schemaVersion(ctx, s); err != nil {
+			if _, err := a.schemaVersion(ctx, s); err != nil {
 				return err
+			}
+			plan, err := store.PlanMigration(ctx, s)
+			if err != nil {
+				return err
+			}
+			blocked := plan.Err()
+			if dryRun {
+				if err := a.printPlan(cmd, plan); err != nil {
+					return err
+				}
+				if blocked != nil {
+					return &exitError{code: exitSchema, err: fmt.Errorf("migrate would refuse: %w", blocked)}
+				}
+				return nil
+			}
+			if blocked != nil {
+				if !force {
+					return &exitError{code: exitSchema, err: blocked}
+				}
+				fmt.Fprintf(a.stderr, "durable: warning: --force: migrating although %d running engine(s) cannot run on the result\n", len(plan.Blocked))
 			}
 			applied, err := s.Migrate(ctx)
 			if err != nil {
 				return err
 			}
-			v, _, err := a.schemaVersion(ctx, s)
+			sc, err := a.schemaVersion(ctx, s)
 			if err != nil {
 				return err
 			}
 			names := migrationNames(a.db.kind)
-			out := migrateOutput{Applied: []migrationRef{}, Version: v}
+			out := migrateOutput{Applied: []migrationRef{}, Version: sc.Have}
 			for _, av := range applied {
 				out.Applied = append(out.Applied, migrationRef{Version: av, Name: names[av]})
 			}
@@ -60,15 +94,74 @@ instead, take the SQL from 'durable migrate print'.`,
 				fmt.Fprintf(w, "applied %s\n", m.Name)
 			}
 			if len(out.Applied) == 0 {
-				fmt.Fprintf(w, "schema is up to date at version %d: nothing to apply\n", v)
+				fmt.Fprintf(w, "schema is up to date at version %d: nothing to apply\n", sc.Have)
 			} else {
-				fmt.Fprintf(w, "schema is at version %d\n", v)
+				fmt.Fprintf(w, "schema is at version %d\n", sc.Have)
 			}
 			return nil
 		}),
 	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what migrate would apply and the engines running, and change nothing")
+	cmd.Flags().BoolVar(&force, "force", false, "migrate although engines that cannot run on the result are running")
 	cmd.AddCommand(a.migrateStatusCommand(), a.migratePrintCommand(), a.migrateRolesCommand())
 	return cmd
+}
+
+// planOutput is `durable migrate --dry-run --json`.
+type planOutput struct {
+	Version int             `json:"version"`
+	Pending []pendingOutput `json:"pending"`
+	// Needs is the oldest schema version an engine may be built for once
+	// the pending migrations are applied (0: none is pending).
+	Needs   int                  `json:"needs"`
+	Engines []store.EngineRecord `json:"engines"`
+	Blocked []string             `json:"blocked"`
+}
+
+type pendingOutput struct {
+	Version      int    `json:"version"`
+	Name         string `json:"name"`
+	OldestEngine int    `json:"oldest_engine"`
+}
+
+// printPlan prints what migrate would do: plan's pending migrations, the
+// engines running and those a migration would break.
+func (a *app) printPlan(cmd *cobra.Command, plan store.MigrationPlan) error {
+	out := planOutput{Version: plan.Schema.Have, Needs: plan.Needs, Pending: []pendingOutput{},
+		Engines: append([]store.EngineRecord{}, plan.Live...), Blocked: []string{}}
+	for _, m := range plan.Pending {
+		out.Pending = append(out.Pending, pendingOutput{Version: m.Version, Name: m.Name, OldestEngine: m.OldestEngine})
+	}
+	for _, e := range plan.Blocked {
+		out.Blocked = append(out.Blocked, e.WorkerID)
+	}
+	if a.json {
+		return writeJSON(cmd.OutOrStdout(), out)
+	}
+	w := cmd.OutOrStdout()
+	if len(out.Pending) == 0 {
+		fmt.Fprintf(w, "schema is up to date at version %d: nothing to apply\n", out.Version)
+	} else {
+		fmt.Fprintf(w, "schema is at version %d; migrate would apply:\n", out.Version)
+		for _, m := range out.Pending {
+			fmt.Fprintf(w, "  %s\t(engines built for version %d or later run on it)\n", clean(m.Name), m.OldestEngine)
+		}
+	}
+	if len(out.Engines) == 0 {
+		fmt.Fprintln(w, "no engine has recorded itself running in the last minute")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ENGINE\tSCHEMA\tBUILD\tSTARTED\tSEEN\tCAN RUN AFTER")
+	for _, e := range out.Engines {
+		ok := "yes"
+		if e.SchemaVersion < out.Needs {
+			ok = "NO"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", clean(e.WorkerID), e.SchemaVersion, clean(e.Build),
+			formatTime(e.StartedAt), formatTime(e.SeenAt), ok)
+	}
+	return tw.Flush()
 }
 
 type migrationRef struct {
@@ -141,10 +234,11 @@ behind: then run 'durable migrate'.`,
 			if err != nil {
 				return err
 			}
-			current, needed, err := a.schemaVersion(ctx, s)
+			sc, err := a.schemaVersion(ctx, s)
 			if err != nil {
 				return err
 			}
+			current, needed := sc.Have, sc.Want
 			applied, err := s.ListAppliedMigrations(ctx)
 			if err != nil {
 				return err
@@ -190,8 +284,12 @@ behind: then run 'durable migrate'.`,
 					return err
 				}
 				switch {
+				case out.Current > out.Needed && sc.Oldest > out.Needed:
+					fmt.Fprintf(cmd.OutOrStdout(), "schema is at version %d, newer than this binary's %d, and needs binaries built for %d or later: upgrade durable\n",
+						out.Current, out.Needed, sc.Oldest)
 				case out.Current > out.Needed:
-					fmt.Fprintf(cmd.OutOrStdout(), "schema is at version %d, newer than this binary's %d: upgrade durable\n", out.Current, out.Needed)
+					fmt.Fprintf(cmd.OutOrStdout(), "schema is at version %d, newer than this binary's %d, which may run on it (a rolling deploy): upgrade durable when you can\n",
+						out.Current, out.Needed)
 				case out.UpToDate:
 					fmt.Fprintf(cmd.OutOrStdout(), "schema is at version %d: up to date\n", out.Current)
 				}
@@ -222,7 +320,7 @@ migrate'.
 
 --after N leaves out the migrations up to version N: those the database has
 (see 'durable migrate status'). With --json it prints the migrations as an
-array of {version, name, sql}, without the bookkeeping.`,
+array of {version, name, sql, oldest_engine}, without the bookkeeping.`,
 		Example: `  durable migrate print | psql "$DATABASE_URL" -v ON_ERROR_STOP=1
   durable migrate print --after 1 > upgrade.sql`,
 		Args: cobra.NoArgs,
@@ -235,14 +333,15 @@ array of {version, name, sql}, without the bookkeeping.`,
 			}
 			if a.json {
 				type migration struct {
-					Version int    `json:"version"`
-					Name    string `json:"name"`
-					SQL     string `json:"sql"`
+					Version      int    `json:"version"`
+					Name         string `json:"name"`
+					SQL          string `json:"sql"`
+					OldestEngine int    `json:"oldest_engine"`
 				}
 				ms := []migration{}
 				for _, m := range postgres.Migrations() {
 					if m.Version > after {
-						ms = append(ms, migration{Version: m.Version, Name: m.Name, SQL: m.SQL})
+						ms = append(ms, migration{Version: m.Version, Name: m.Name, SQL: m.SQL, OldestEngine: m.OldestEngine})
 					}
 				}
 				return writeJSON(cmd.OutOrStdout(), ms)

@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/durable-go/durable/engine"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/store/postgres"
 )
@@ -116,4 +119,56 @@ func TestMigratePrint(t *testing.T) {
 	var ms []postgres.Migration
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &ms), r.stdout)
 	require.Equal(t, postgres.Migrations(), ms)
+}
+
+// migrate --dry-run lists what it would apply and the engines running,
+// and migrate refuses to apply a migration that a running engine cannot
+// run with, naming the engine, and applies nothing.
+func TestMigrateAndRunningEngines(t *testing.T) {
+	t.Parallel()
+	pool, db := pgtest.PoolURL(t)
+	e, err := engine.New(pool, engine.Options{WorkerID: "cli-engine", Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	runEngine(t, e)
+
+	var plan planOutput
+	require.Eventually(t, func() bool {
+		r := durable(t, db, "--json", "migrate", "--dry-run")
+		requireCode(t, exitOK, r)
+		plan = planOutput{}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &plan), r.stdout)
+		return len(plan.Engines) == 1
+	}, 10*time.Second, 10*time.Millisecond, "the running engine is listed")
+	require.Empty(t, plan.Pending)
+	require.Equal(t, "cli-engine", plan.Engines[0].WorkerID)
+	require.Equal(t, postgres.SchemaVersion(), plan.Engines[0].SchemaVersion)
+	require.Empty(t, plan.Blocked)
+
+	// An engine of a build that needs schema 3 is running, and migration 4
+	// is missing: applying it would leave that engine behind.
+	_, err = pool.Exec(t.Context(), `
+INSERT INTO durable_engines (worker_id, schema_version, build, host, pid, started_at, seen_at)
+VALUES ('old-engine', 3, 'v0.0.1', 'h', 7, now(), now())`)
+	require.NoError(t, err)
+	_, err = pool.Exec(t.Context(), `DELETE FROM durable_schema_migrations WHERE version = 4`)
+	require.NoError(t, err)
+	fourth := postgres.Migrations()[3]
+	require.Equal(t, 4, fourth.Version)
+
+	r := durable(t, db, "migrate", "--dry-run")
+	requireCode(t, exitSchema, r)
+	require.Contains(t, r.stdout, "migrate would apply:")
+	require.Contains(t, r.stdout, fourth.Name)
+	require.Regexp(t, `old-engine\s+3\s+v0\.0\.1.*NO`, r.stdout)
+	require.Regexp(t, `cli-engine\s+\d+\s.*yes`, r.stdout)
+	require.Contains(t, r.stderr, "migrate would refuse")
+
+	r = durable(t, db, "migrate")
+	requireCode(t, exitSchema, r)
+	require.Contains(t, r.stderr, "migration "+fourth.Name+" needs engines built for schema version 4 or later")
+	require.Contains(t, r.stderr, "old-engine (schema 3, build v0.0.1)")
+	require.Contains(t, r.stderr, "--force")
+	var applied bool
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM durable_schema_migrations WHERE version = 4)`).Scan(&applied))
+	require.False(t, applied, "nothing was applied")
 }

@@ -754,11 +754,24 @@ type Store interface {
 	// Migrate applies the schema migrations the database lacks and
 	// returns their versions.
 	Migrate(ctx context.Context) ([]int, error)
-	// SchemaVersion returns the database's schema version and the one this
-	// build needs.
-	SchemaVersion(ctx context.Context) (have, want int, err error)
+	// Migrations returns the migrations this build has, in order.
+	Migrations() []Migration
+	// SchemaVersion returns the database's schema version beside the one
+	// this build needs.
+	SchemaVersion(ctx context.Context) (Schema, error)
 	// ListAppliedMigrations returns the migrations applied, in order.
 	ListAppliedMigrations(ctx context.Context) ([]AppliedMigration, error)
+
+	// RecordEngine records a running engine, or records it again: its
+	// SeenAt becomes the database's now, and its StartedAt stays what
+	// the first record said.
+	RecordEngine(ctx context.Context, e EngineRecord) error
+	// ForgetEngine removes the engine's record; an unknown one is no
+	// error.
+	ForgetEngine(ctx context.Context, workerID string) error
+	// ListEngines returns the engines recorded, by worker ID; none on a
+	// schema that predates the record.
+	ListEngines(ctx context.Context) ([]EngineRecord, error)
 
 	// ListEventsOfRuns returns the whole histories of runs, by run ID.
 	ListEventsOfRuns(ctx context.Context, runIDs []string) (map[string][]history.Event, error)

@@ -143,8 +143,13 @@ func MigrationScript(after int) string {
 		b.WriteString(sql + "\n\n")
 		// The values are the embedded file's version and name; the name is
 		// quoted as a SQL literal all the same.
-		b.WriteString("INSERT INTO durable_schema_migrations (version, name) VALUES (" +
-			strconv.Itoa(m.Version) + ", '" + strings.ReplaceAll(m.Name, "'", "''") + "');\n")
+		name := "'" + strings.ReplaceAll(m.Name, "'", "''") + "'"
+		if m.Version < oldestEngineSince {
+			b.WriteString("INSERT INTO durable_schema_migrations (version, name) VALUES (" + strconv.Itoa(m.Version) + ", " + name + ");\n")
+		} else {
+			b.WriteString("INSERT INTO durable_schema_migrations (version, name, oldest_engine) VALUES (" +
+				strconv.Itoa(m.Version) + ", " + name + ", " + strconv.Itoa(m.OldestEngine) + ");\n")
+		}
 		b.WriteString("COMMIT;\n")
 	}
 	return b.String()

@@ -199,6 +199,11 @@ func TestMigrationScript(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, applied, "Migrate finds nothing left to apply")
 	require.Equal(t, tableNames(t, pgtest.Pool(t)), tableNames(t, pool), "the script makes the tables Migrate makes")
+	scripted, err := postgres.New(pool).SchemaVersion(ctx)
+	require.NoError(t, err)
+	migrated, err := postgres.New(pgtest.Pool(t)).SchemaVersion(ctx)
+	require.NoError(t, err)
+	require.Equal(t, migrated, scripted, "and records the oldest engine each migration allows, as Migrate does")
 }
 
 // tableNames returns the names of the tables in pool's public schema.

@@ -33,6 +33,22 @@ func SchemaVersion() int {
 	return ms[len(ms)-1].Version
 }
 
+// oldestEngineSince is the migration that added
+// durable_schema_migrations.oldest_engine: it and those after it record
+// their Migration.OldestEngine there.
+const oldestEngineSince = 9
+
+// recordMigration records m as applied, in the transaction that applied it.
+func recordMigration(ctx context.Context, tx pgx.Tx, m Migration) error {
+	if m.Version < oldestEngineSince {
+		_, err := tx.Exec(ctx, "INSERT INTO durable_schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
+		return err
+	}
+	_, err := tx.Exec(ctx, "INSERT INTO durable_schema_migrations (version, name, oldest_engine) VALUES ($1, $2, $3)",
+		m.Version, m.Name, m.OldestEngine)
+	return err
+}
+
 // SchemaHash identifies the embedded migrations' content; test helpers use it
 // to name template databases.
 func SchemaHash() string {
@@ -91,8 +107,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, "INSERT INTO durable_schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
-			return err
+			return recordMigration(ctx, tx, m)
 		})
 		if err != nil {
 			return done, fmt.Errorf("migrate: apply %s: %w", m.Name, err)
@@ -136,8 +151,22 @@ func appliedVersions(ctx context.Context, conn *pgx.Conn) (map[int]bool, error) 
 // Migrate implements store.Store with Migrate on the store's pool.
 func (s *Store) Migrate(ctx context.Context) ([]int, error) { return Migrate(ctx, s.pool) }
 
+// Migrations implements store.Store.
+func (s *Store) Migrations() []Migration { return Migrations() }
+
 // SchemaVersion implements store.Store.
-func (s *Store) SchemaVersion(ctx context.Context) (have, want int, err error) {
-	have, err = CurrentVersion(ctx, s.pool)
-	return have, SchemaVersion(), err
+func (s *Store) SchemaVersion(ctx context.Context) (store.Schema, error) {
+	sc := store.Schema{Want: SchemaVersion()}
+	have, err := CurrentVersion(ctx, s.pool)
+	if err != nil {
+		return sc, err
+	}
+	sc.Have, sc.Oldest = have, have
+	if have >= oldestEngineSince {
+		err = s.pool.QueryRow(ctx, "SELECT max(coalesce(oldest_engine, version)) FROM durable_schema_migrations").Scan(&sc.Oldest)
+		if err != nil {
+			return sc, fmt.Errorf("read the schema's oldest engine version: %w", err)
+		}
+	}
+	return sc, nil
 }

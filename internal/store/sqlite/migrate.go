@@ -24,6 +24,11 @@ func SchemaVersion() int {
 	return ms[len(ms)-1].Version
 }
 
+// oldestEngineSince is the migration that added
+// durable_schema_migrations.oldest_engine: it and those after it record
+// their Migration.OldestEngine there.
+const oldestEngineSince = 2
+
 // The table that records the applied migrations, as in Postgres.
 const (
 	createMigrationsTableSQL = `
@@ -34,6 +39,8 @@ CREATE TABLE IF NOT EXISTS durable_schema_migrations (
 )`
 	migrationAppliedSQL     = `SELECT EXISTS (SELECT 1 FROM durable_schema_migrations WHERE version = @version)`
 	recordMigrationSQL      = `INSERT INTO durable_schema_migrations (version, name, applied_at) VALUES (@version, @name, @at)`
+	recordMigrationOldest   = `INSERT INTO durable_schema_migrations (version, name, applied_at, oldest_engine) VALUES (@version, @name, @at, @oldest)`
+	oldestEngineSQL         = `SELECT max(coalesce(oldest_engine, version)) FROM durable_schema_migrations`
 	migrationsTableSQL      = `SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'durable_schema_migrations')`
 	currentVersionSQL       = `SELECT coalesce(max(version), 0) FROM durable_schema_migrations`
 	listAppliedMigrationSQL = `SELECT version, name, applied_at FROM durable_schema_migrations ORDER BY version`
@@ -67,8 +74,12 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 			if err != nil {
 				return err
 			}
-			_, err = tx.ExecContext(ctx, recordMigrationSQL,
-				sql.Named("version", m.Version), sql.Named("name", m.Name), sql.Named("at", micros(at)))
+			record := recordMigrationSQL
+			if m.Version >= oldestEngineSince {
+				record = recordMigrationOldest
+			}
+			_, err = tx.ExecContext(ctx, record, sql.Named("version", m.Version), sql.Named("name", m.Name),
+				sql.Named("at", micros(at)), sql.Named("oldest", m.OldestEngine))
 			applied = err == nil
 			return err
 		})
@@ -82,21 +93,31 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 	return done, nil
 }
 
+// Migrations implements store.Store.
+func (s *Store) Migrations() []Migration { return Migrations() }
+
 // SchemaVersion implements store.Store: the highest migration applied (0
-// for a file never migrated) and the one this build needs.
-func (s *Store) SchemaVersion(ctx context.Context) (have, want int, err error) {
-	want = SchemaVersion()
+// for a file never migrated), the one this build needs, and the oldest
+// an engine may be built for.
+func (s *Store) SchemaVersion(ctx context.Context) (store.Schema, error) {
+	sc := store.Schema{Want: SchemaVersion()}
 	var exists bool
 	if err := s.reader().QueryRowContext(ctx, migrationsTableSQL).Scan(&exists); err != nil || !exists {
 		if err != nil {
 			err = fmt.Errorf("read the schema version: %w", err)
 		}
-		return 0, want, err
+		return sc, err
 	}
-	if err := s.reader().QueryRowContext(ctx, currentVersionSQL).Scan(&have); err != nil {
-		return 0, want, fmt.Errorf("read the schema version: %w", err)
+	if err := s.reader().QueryRowContext(ctx, currentVersionSQL).Scan(&sc.Have); err != nil {
+		return sc, fmt.Errorf("read the schema version: %w", err)
 	}
-	return have, want, nil
+	sc.Oldest = sc.Have
+	if sc.Have >= oldestEngineSince {
+		if err := s.reader().QueryRowContext(ctx, oldestEngineSQL).Scan(&sc.Oldest); err != nil {
+			return sc, fmt.Errorf("read the schema's oldest engine version: %w", err)
+		}
+	}
+	return sc, nil
 }
 
 // ListAppliedMigrations implements store.Store: the migrations applied, in

@@ -73,10 +73,10 @@ func TestMigrateCreatesTheSchemaOfAFreshFile(t *testing.T) {
 	_, err := os.Stat(path)
 	require.NoError(t, err, "Open creates the file")
 
-	have, want, err := first.SchemaVersion(ctx)
+	sc, err := first.SchemaVersion(ctx)
 	require.NoError(t, err)
-	require.Zero(t, have, "a fresh file has no schema")
-	require.Equal(t, sqlite.SchemaVersion(), want)
+	require.Zero(t, sc.Have, "a fresh file has no schema")
+	require.Equal(t, sqlite.SchemaVersion(), sc.Want)
 	applied, err := first.ListAppliedMigrations(ctx)
 	require.NoError(t, err)
 	require.Empty(t, applied)
@@ -105,9 +105,9 @@ func TestMigrateCreatesTheSchemaOfAFreshFile(t *testing.T) {
 	require.Equal(t, versions, all, "each migration is applied once, by one of the callers")
 
 	for _, s := range []*sqlite.Store{first, second} {
-		have, want, err := s.SchemaVersion(ctx)
+		sc, err := s.SchemaVersion(ctx)
 		require.NoError(t, err)
-		require.Equal(t, want, have)
+		require.Equal(t, sc.Want, sc.Have)
 		applied, err := s.ListAppliedMigrations(ctx)
 		require.NoError(t, err)
 		require.Len(t, applied, len(versions))

@@ -150,6 +150,8 @@ var cases = []struct {
 
 	// database.go
 	{"MigrateOnACurrentSchemaAppliesNothing", testMigrateOnACurrentSchemaAppliesNothing},
+	{"EnginesRecordThemselves", testEnginesRecordThemselves},
+	{"PlanMigrationNamesTheEnginesItWouldBreak", testPlanMigrationNamesTheEnginesItWouldBreak},
 	{"NowReadsTheDatabaseClock", testNowReadsTheDatabaseClock},
 	{"TransientIsFalseForAnswers", testTransientIsFalseForAnswers},
 }
